@@ -1,0 +1,1 @@
+"""Recipes shipped with splitter; a package only so that installed copies carry them."""

@@ -1,0 +1,5 @@
+"""`python -m splitter`."""
+
+from splitter.cli import main
+
+main()

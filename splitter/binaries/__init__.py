@@ -1,0 +1,1 @@
+"""Read and edit the dynamic-linking facts of shipped binaries."""

@@ -1,0 +1,192 @@
+"""ELF analysis: SONAME, NEEDED, RUNPATH, and the operators a library registers.
+
+ExecuTorch kernels are registered from static `Kernel` tables (24 bytes on LP64: name pointer,
+kernel-key pointer, function pointer) handed to `executorch::runtime::register_kernels`. In a
+shared object such a table is a run of relocations: +0 to an op-name string, +8 null or to a
+`v1/...` key string, +16 to code. Op-name strings alone prove nothing (kernels also embed them in
+error messages), so only table entries count.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import struct
+from bisect import bisect_right
+from dataclasses import dataclass
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.dynamic import DynamicSection
+from elftools.elf.elffile import ELFFile
+from elftools.elf.relocation import RelocationSection
+
+from splitter.errors import BinaryError
+from splitter.model import BinaryInfo
+
+ELF_MAGIC = b"\x7fELF"
+REGISTER_KERNELS = b"_ZN10executorch7runtime16register_kernelsENS0_4SpanIKNS0_6KernelEEE"
+TORCH_DEF = b"_ZNR5torch7Library4_def"
+KERNEL_SIZE = 24
+OP_NAME = re.compile(rb"[a-z_][a-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
+SCHEMA = re.compile(rb"([a-z_][a-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)\([^\x00]*\) -> [^\x00]+\x00")
+# (relative, absolute-with-symbol) relocation types per machine
+RELOC_TYPES = {"EM_X86_64": (8, 1), "EM_AARCH64": (1027, 257)}
+
+
+def is_elf(data: bytes) -> bool:
+    """Whether `data` starts with the ELF magic."""
+    return data[:4] == ELF_MAGIC
+
+
+@dataclass(frozen=True, slots=True)
+class _Image:
+    """Virtual-address view of the loadable segments, for reading pointed-to bytes."""
+
+    data: bytes
+    starts: tuple[int, ...]
+    segments: tuple[tuple[int, int, int, bool], ...]  # vaddr, filesz, offset, executable
+
+    def offset(self, vaddr: int) -> int | None:
+        index = bisect_right(self.starts, vaddr) - 1
+        if index < 0:
+            return None
+        start, size, offset, _ = self.segments[index]
+        return offset + vaddr - start if vaddr < start + size else None
+
+    def executable(self, vaddr: int) -> bool:
+        index = bisect_right(self.starts, vaddr) - 1
+        if index < 0:
+            return False
+        start, size, _, execute = self.segments[index]
+        return execute and vaddr < start + size
+
+    def cstring(self, vaddr: int, limit: int = 256) -> bytes | None:
+        offset = self.offset(vaddr)
+        if offset is None:
+            return None
+        end = self.data.find(b"\x00", offset, offset + limit)
+        return None if end < 0 else self.data[offset:end]
+
+    def word(self, vaddr: int) -> int | None:
+        offset = self.offset(vaddr)
+        if offset is None or offset + 8 > len(self.data):
+            return None
+        return int.from_bytes(self.data[offset : offset + 8], "little")
+
+
+def analyse_elf(path: str, data: bytes) -> BinaryInfo:
+    """Describe the ELF file `data` found at wheel path `path`."""
+    try:
+        return _analyse(path, data)
+    except (ELFError, struct.error, ValueError) as exc:
+        raise BinaryError(f"cannot read ELF ({exc}): {path}") from exc
+
+
+def _analyse(path: str, data: bytes) -> BinaryInfo:
+    elf = ELFFile(io.BytesIO(data))
+    machine = elf.header["e_machine"]
+    soname, needed, runpath, rpath = "", [], [], []
+    dynamic = next((s for s in elf.iter_sections() if isinstance(s, DynamicSection)), None)
+    if dynamic is None:
+        raise BinaryError(f"ELF file has no dynamic section (static binaries are not supported): {path}")
+    for tag in dynamic.iter_tags():
+        if tag.entry.d_tag == "DT_NEEDED":
+            needed.append(tag.needed)
+        elif tag.entry.d_tag == "DT_SONAME":
+            soname = tag.soname
+        elif tag.entry.d_tag == "DT_RUNPATH":
+            runpath = [p for p in tag.runpath.split(":") if p]
+        elif tag.entry.d_tag == "DT_RPATH":
+            rpath = [p for p in tag.rpath.split(":") if p]
+
+    dynstr = elf.get_section_by_name(".dynstr")
+    strtab = dynstr.data() if dynstr is not None else b""
+    registry = _registry_role(elf, strtab)
+    operators: tuple[str, ...] = ()
+    if registry and elf.elfclass == 64 and elf.little_endian:
+        operators = _kernel_operators(elf, data, machine)
+    schemas: tuple[str, ...] = ()
+    if TORCH_DEF in strtab:
+        schemas = _torch_schemas(elf)
+    return BinaryInfo(
+        path=path,
+        machine=machine,
+        soname=soname,
+        needed=tuple(needed),
+        runpath=tuple(runpath),
+        rpath=tuple(rpath),
+        registry=registry,
+        et_operators=operators,
+        torch_schemas=schemas,
+    )
+
+
+def _registry_role(elf: ELFFile, strtab: bytes) -> str:
+    """"owns" if the file defines register_kernels, "uses" if it imports it, else ""."""
+    if REGISTER_KERNELS not in strtab:
+        return ""
+    symbols = elf.get_section_by_name(".dynsym")
+    for symbol in symbols.get_symbol_by_name(REGISTER_KERNELS.decode()) or ():
+        if symbol["st_shndx"] != "SHN_UNDEF":
+            return "owns"
+    return "uses"
+
+
+def _image(elf: ELFFile, data: bytes) -> _Image:
+    loads = sorted(
+        (seg["p_vaddr"], seg["p_filesz"], seg["p_offset"], bool(seg["p_flags"] & 1))
+        for seg in elf.iter_segments()
+        if seg["p_type"] == "PT_LOAD"
+    )
+    return _Image(data=data, starts=tuple(s[0] for s in loads), segments=tuple(loads))
+
+
+def _relocations(elf: ELFFile, machine: str) -> tuple[dict[int, int], set[int]]:
+    """Map offset -> target address for relative relocations, and offsets of symbolic ones."""
+    relative_type, absolute_type = RELOC_TYPES.get(machine, (None, None))
+    targets: dict[int, int] = {}
+    symbolic: set[int] = set()
+    for section in elf.iter_sections():
+        if not isinstance(section, RelocationSection) or not section.is_RELA():
+            continue
+        # Bulk decode: pyelftools' per-entry objects cost ~10x more on the 2,500-entry tables.
+        for offset, info, addend in struct.iter_unpack("<QQq", section.data()):
+            kind = info & 0xFFFFFFFF
+            if kind == relative_type:
+                targets[offset] = addend
+            elif kind == absolute_type:
+                symbolic.add(offset)
+    return targets, symbolic
+
+
+def _kernel_operators(elf: ELFFile, data: bytes, machine: str) -> tuple[str, ...]:
+    image = _image(elf, data)
+    targets, symbolic = _relocations(elf, machine)
+    found: set[str] = set()
+    for offset, address in targets.items():
+        name = image.cstring(address)
+        if name is None or OP_NAME.fullmatch(name) is None:
+            continue
+        function = offset + 16
+        if function in targets:
+            if not image.executable(targets[function]):
+                continue
+        elif function not in symbolic:
+            continue
+        key = offset + 8
+        if key in targets:
+            text = image.cstring(targets[key])
+            if text is None or not text.startswith(b"v1/"):
+                continue
+        elif key in symbolic or image.word(key) != 0:
+            continue
+        found.add(name.decode())
+    return tuple(sorted(found))
+
+
+def _torch_schemas(elf: ELFFile) -> tuple[str, ...]:
+    rodata = elf.get_section_by_name(".rodata")
+    if rodata is None:
+        return ()
+    names = {m.group(1).decode() for m in SCHEMA.finditer(rodata.data())}
+    return tuple(sorted(names))

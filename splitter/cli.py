@@ -1,0 +1,145 @@
+"""The typer CLI: parse options, call the core, print; only SplitterError is caught here."""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import contextmanager
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from splitter.errors import SplitterError
+from splitter.fetch import resolve_input
+from splitter.model import Plan
+from splitter.plan import make_plan
+from splitter.recipe import load_recipe
+from splitter.report import plan_json
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Split the ExecuTorch wheel into runtime, quantized-kernel and export packages.")
+out = Console()
+err = Console(stderr=True)
+state = {"traceback": False, "quiet": False}
+
+WheelArg = Annotated[Optional[str], typer.Argument(
+    help="A .whl path or a requirement (executorch==1.5.1); default: the recipe's pinned version.")]
+RecipeOpt = Annotated[Optional[Path], typer.Option("--recipe", help="Recipe TOML (default: the shipped one).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+
+
+@app.callback()
+def main_options(
+    traceback: Annotated[bool, typer.Option("--traceback", help="Show tracebacks on errors.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+) -> None:
+    """splitter: one plan from the wheel and a recipe, rendered by small targets."""
+    state["traceback"] = traceback
+    state["quiet"] = quiet
+
+
+@contextmanager
+def progress_bar(enabled: bool) -> Iterator[Progress | None]:
+    """A rich progress bar on stderr, or nothing when quiet or not a terminal."""
+    if not enabled or state["quiet"] or not err.is_terminal:
+        yield None
+        return
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                  console=err, transient=True) as bar:
+        yield bar
+
+
+def compute_plan(wheel: str | None, recipe_path: Path | None, show_progress: bool) -> Plan:
+    """Resolve the input, load the recipe and make the plan, with a progress bar."""
+    recipe = load_recipe(recipe_path)
+    path = resolve_input(wheel, recipe)
+    with progress_bar(show_progress) as bar:
+        task = bar.add_task("verifying and analysing", total=None) if bar else None
+
+        def report(stage: str, done: int, total: int) -> None:
+            if bar is not None and task is not None:
+                bar.update(task, completed=done)
+
+        return make_plan(path, recipe, report)
+
+
+@app.command()
+def plan(
+    wheel: WheelArg = None,
+    recipe: RecipeOpt = None,
+    as_json: JsonOpt = False,
+    why: Annotated[Optional[str], typer.Option("--why", help="Show which rule owns this wheel path.")] = None,
+) -> None:
+    """Show how the wheel is split: packages, dependencies, CMake components, exclusivity."""
+    result = compute_plan(wheel, recipe, not as_json)
+    if why is not None:
+        show_why(result, why, as_json)
+        return
+    if as_json:
+        sys.stdout.write(json.dumps(plan_json(result), indent=2, sort_keys=False) + "\n")
+        return
+    show_plan(result)
+
+
+def show_why(result: Plan, path: str, as_json: bool) -> None:
+    """Print the owning package and rule of one path."""
+    if path not in result.owners:
+        raise SplitterError(f"no such file in {result.wheel.filename}: {path}")
+    package, index = result.owners[path]
+    rule = result.recipe.rules[index]
+    if as_json:
+        print(json.dumps({"path": path, "package": package, "rule": index,
+                          "glob": list(rule.globs), "reason": rule.reason}))
+        return
+    out.print(f"{path}\n  -> [bold]{package}[/] by rules[{index}] {list(rule.globs)} "
+              f"({result.recipe.path.name}:{rule.line})\n  {rule.reason}")
+
+
+def show_plan(result: Plan) -> None:
+    """Rich tables: one row per package, then the exclusivity verdicts."""
+    wheel = result.wheel
+    out.print(f"[bold]{wheel.filename}[/] sha256 {wheel.sha256[:16]}… "
+              f"{len(wheel.entries)} files, recipe {result.recipe.path.name}")
+    table = Table("package", "files", "bytes", "depends", "external", "CMake components")
+    for pkg in result.packages:
+        table.add_row(pkg.name, str(len(pkg.files)), f"{pkg.bytes:,}",
+                      "\n".join(d.conda for d in pkg.depends) or "-",
+                      "\n".join(d.pip for d in pkg.externals) or "-",
+                      ", ".join(pkg.cmake_components) or "-")
+    out.print(table)
+    rules = Table("rule", "glob", "package", "reason")
+    for rule in result.recipe.rules:
+        rules.add_row(str(rule.index), "\n".join(rule.globs), rule.package, rule.reason)
+    out.print(rules)
+    for verdict in result.exclusive:
+        state_text = "[red]IN EFFECT[/]" if verdict.in_effect else "[green]not in effect[/]"
+        out.print(f"process-exclusive {verdict.first} / {verdict.second}: {state_text}")
+        for line in verdict.evidence:
+            out.print(f"  - {line}")
+
+
+def main() -> None:
+    """Entry point: run the app, turning SplitterError into a one-line message and exit code."""
+    try:
+        app(standalone_mode=False)
+    except SplitterError as exc:
+        if state["traceback"]:
+            raise
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        err.print("aborted")
+        sys.exit(130)
+    except Exception as exc:  # click usage errors arrive here in standalone_mode=False
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise

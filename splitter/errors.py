@@ -1,0 +1,78 @@
+"""The exception hierarchy: every expected failure is a SplitterError with an exit code."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class SplitterError(Exception):
+    """Root of every error the CLI reports without a traceback."""
+
+    exit_code = 1
+
+
+class InvalidWheel(SplitterError):
+    """The input is not a well-formed, verifiable wheel."""
+
+    exit_code = 2
+
+
+class UnsupportedWheel(SplitterError):
+    """A valid wheel this recipe cannot split (wrong project, version or platform)."""
+
+    exit_code = 3
+
+
+class RecipeError(SplitterError):
+    """The recipe is malformed or contradicts the wheel."""
+
+    exit_code = 4
+
+
+class OwnershipError(SplitterError):
+    """Files owned by no package or by several; carries every problem at once."""
+
+    exit_code = 5
+
+    def __init__(self, unowned: Sequence[str], multiply_owned: Sequence[str]) -> None:
+        self.unowned = tuple(unowned)
+        self.multiply_owned = tuple(multiply_owned)
+        lines = [
+            f"file ownership is not exact ({len(self.unowned)} unowned, "
+            f"{len(self.multiply_owned)} owned twice)"
+        ]
+        lines += [f"  unowned: {p}" for p in self.unowned]
+        lines += [f"  owned twice: {p}" for p in self.multiply_owned]
+        lines.append("add or narrow [[rules]] in the recipe so each file matches exactly one package")
+        super().__init__("\n".join(lines))
+
+
+class BinaryError(SplitterError):
+    """An ELF file cannot be analysed, or its dependencies do not resolve."""
+
+    exit_code = 6
+
+
+class ExclusivityError(SplitterError):
+    """Binaries collide in one process in a way the recipe does not declare."""
+
+    exit_code = 7
+
+
+class ExternalToolError(SplitterError):
+    """A subprocess (pip, patchelf, rattler-build, cmake) failed."""
+
+    exit_code = 8
+
+    def __init__(self, what: str, command: Sequence[str], returncode: int, stderr: str) -> None:
+        self.command = tuple(command)
+        self.returncode = returncode
+        self.stderr = stderr
+        tail = "\n".join(stderr.strip().splitlines()[-15:])
+        super().__init__(f"{what} (exit {returncode}): {' '.join(self.command)}\n{tail}")
+
+
+class OutputError(SplitterError):
+    """The output directory cannot be written, or is locked by another build."""
+
+    exit_code = 9

@@ -1,0 +1,214 @@
+"""Frozen records shared by every stage: the wheel, its binaries, the recipe and the plan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WheelEntry:
+    """One verified file of the wheel; `path` is its POSIX path inside the archive."""
+
+    path: str
+    size: int
+    sha256: str
+    executable: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WheelInfo:
+    """What was read and verified from a wheel: identity, metadata and file list."""
+
+    path: Path
+    filename: str
+    sha256: str
+    name: str
+    version: str
+    build_tag: str
+    python_tag: str
+    abi_tag: str
+    platform_tag: str
+    dist_info: str
+    summary: str
+    license: str
+    requires_python: str
+    requires_dist: tuple[str, ...]
+    provides_extra: tuple[str, ...]
+    console_scripts: tuple[tuple[str, str], ...]
+    license_files: tuple[str, ...]
+    timestamp: int
+    entries: tuple[WheelEntry, ...]
+
+    @property
+    def tag(self) -> str:
+        """The wheel's compressed tag, e.g. `cp311-cp311-manylinux_2_28_x86_64`."""
+        return f"{self.python_tag}-{self.abi_tag}-{self.platform_tag}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BinaryInfo:
+    """What the dynamic linker and the kernel registries will see of one ELF file."""
+
+    path: str
+    machine: str
+    soname: str
+    needed: tuple[str, ...]
+    runpath: tuple[str, ...]
+    rpath: tuple[str, ...]
+    registry: str  # "owns" (defines register_kernels), "uses" (imports it) or ""
+    et_operators: tuple[str, ...]  # operators in its static ExecuTorch Kernel tables
+    torch_schemas: tuple[str, ...]  # schema strings it hands to the torch dispatcher
+
+    @property
+    def provides(self) -> str:
+        """The name a NEEDED entry must use to reach this file."""
+        return self.soname or self.path.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rule:
+    """One ownership rule: files matching `globs` (minus `exclude`) belong to `package`."""
+
+    index: int
+    globs: tuple[str, ...]
+    exclude: tuple[str, ...]
+    package: str
+    reason: str
+    line: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PackageSpec:
+    """A package the recipe declares."""
+
+    name: str
+    summary: str
+    python: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Component:
+    """A CMake component and the library that provides it."""
+
+    name: str
+    library: str
+    platforms: tuple[str, ...]
+    line: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class External:
+    """Sonames satisfied by another project, and how each ecosystem names it."""
+
+    name: str
+    sonames: tuple[str, ...]
+    conda: str
+    pip: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExclusivePair:
+    """Two files the recipe declares must not meet in one process."""
+
+    first: str
+    second: str
+    reason: str
+    line: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recipe:
+    """A validated recipe."""
+
+    path: Path
+    project: str
+    default_version: str
+    supported: str
+    packages: tuple[PackageSpec, ...]
+    rules: tuple[Rule, ...]
+    components: tuple[Component, ...]
+    externals: tuple[External, ...]
+    system_sonames: tuple[str, ...]
+    conda_system: tuple[tuple[str, str], ...]
+    conda_names: tuple[tuple[str, str], ...]
+    exclusive: tuple[ExclusivePair, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Dependency:
+    """A dependency of one package on another, with the binary evidence for it."""
+
+    name: str
+    version: str  # exact sibling version, or "" for an external range
+    conda: str
+    pip: str
+    evidence: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PackagePlan:
+    """Everything a target needs to write one package."""
+
+    name: str
+    version: str
+    summary: str
+    python: bool
+    files: tuple[str, ...]
+    bytes: int
+    depends: tuple[Dependency, ...]
+    externals: tuple[Dependency, ...]
+    system_sonames: tuple[str, ...]
+    cmake_components: tuple[str, ...]
+    sonames: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Verdict:
+    """Whether two files must not share a process, decided from their binaries."""
+
+    first: str
+    first_package: str
+    second: str
+    second_package: str
+    declared: bool
+    in_effect: bool
+    operators: tuple[str, ...]
+    evidence: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """The one computed description of the split; the only input of every target."""
+
+    wheel: WheelInfo
+    recipe: Recipe
+    packages: tuple[PackagePlan, ...]
+    owners: dict[str, tuple[str, int]] = field(hash=False)  # path -> (package, rule index)
+    binaries: tuple[BinaryInfo, ...]
+    exclusive: tuple[Verdict, ...]
+
+    def package(self, name: str) -> PackagePlan:
+        """The package called `name`."""
+        for package in self.packages:
+            if package.name == name:
+                return package
+        raise KeyError(name)
+
+    def binary(self, path: str) -> BinaryInfo | None:
+        """The analysis of the ELF at `path`, if it is one."""
+        for info in self.binaries:
+            if info.path == path:
+                return info
+        return None
+
+    def entry(self, path: str) -> WheelEntry:
+        """The verified wheel entry at `path`."""
+        for entry in self.wheel.entries:
+            if entry.path == path:
+                return entry
+        raise KeyError(path)
+
+
+JSON = dict[str, Any]

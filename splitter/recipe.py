@@ -1,0 +1,204 @@
+"""Load a recipe TOML (tomlkit) into typed, validated records; errors name the key and line."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+from tomlkit.exceptions import ParseError
+
+from splitter.errors import RecipeError
+from splitter.model import Component, ExclusivePair, External, PackageSpec, Recipe, Rule
+
+DEFAULT_RECIPE = "executorch.toml"
+
+
+def default_recipe_path() -> Path:
+    """The recipe shipped with splitter (the repo's `recipes/executorch.toml`)."""
+    return Path(str(resources.files("splitter.recipes").joinpath(DEFAULT_RECIPE)))
+
+
+class _Source:
+    """The recipe text, to turn a key path into a line number for messages."""
+
+    def __init__(self, path: Path, text: str) -> None:
+        self.path = path
+        self.lines = text.splitlines()
+
+    def line(self, key_path: str) -> int:
+        """Best line for `key_path` such as `rules[2].package` or `components.runtime`."""
+        parts = re.findall(r"[^.\[\]]+|\[\d+\]", key_path)
+        start, header, count = 0, None, 0
+        if parts and len(parts) > 1 and parts[1].startswith("["):
+            header, count = f"[[{parts[0]}]]", int(parts[1][1:-1])
+        if header is not None:
+            seen = -1
+            for number, text in enumerate(self.lines):
+                if text.strip() == header:
+                    seen += 1
+                    if seen == count:
+                        start = number
+                        break
+            rest = parts[2:]
+        else:
+            rest = parts
+        for number in range(start, len(self.lines)):
+            stripped = self.lines[number].strip()
+            leaf = rest[-1].strip('"') if rest else ""
+            if leaf and re.match(rf'^"?{re.escape(leaf)}"?\s*=', stripped):
+                return number + 1
+            if leaf and stripped in (f"[{'.'.join(rest)}]", f"[{rest[0]}]") and len(rest) == 1:
+                return number + 1
+        return start + 1
+
+    def error(self, key_path: str, problem: str, fix: str = "") -> RecipeError:
+        """A RecipeError naming the file, line and key."""
+        message = f"{problem} (recipe key {key_path}): {self.path}:{self.line(key_path)}"
+        return RecipeError(f"{message}\n{fix}" if fix else message)
+
+
+def load_recipe(path: Path | None = None) -> Recipe:
+    """Read and validate the recipe at `path` (default: the shipped one)."""
+    path = path or default_recipe_path()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RecipeError(f"cannot read recipe ({exc.strerror or exc}): {path}") from exc
+    except UnicodeDecodeError as exc:
+        raise RecipeError(f"recipe is not UTF-8 ({exc.reason}): {path}") from exc
+    try:
+        document = tomlkit.parse(text).unwrap()
+    except ParseError as exc:
+        raise RecipeError(f"recipe is not valid TOML ({exc}): {path}:{exc.line}") from exc
+    source = _Source(path, text)
+    return _build(source, document)
+
+
+def _get(source: _Source, table: dict[str, Any], key: str, kind: type, where: str) -> Any:
+    if key not in table:
+        raise source.error(f"{where}.{key}".lstrip("."), f"missing required key '{key}'")
+    return _typed(source, table[key], kind, f"{where}.{key}".lstrip("."))
+
+
+def _typed(source: _Source, value: Any, kind: type, where: str) -> Any:
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise source.error(where, f"expected {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _strings(source: _Source, value: Any, where: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    items = _typed(source, value, list, where)
+    for index, item in enumerate(items):
+        _typed(source, item, str, f"{where}[{index}]")
+    return tuple(items)
+
+
+def _build(source: _Source, doc: dict[str, Any]) -> Recipe:
+    known = {"recipe", "packages", "rules", "components", "externals", "system", "conda",
+             "process_exclusive"}
+    for key in doc:
+        if key not in known:
+            raise source.error(key, f"unknown table '{key}'", f"known tables: {sorted(known)}")
+    head = _get(source, doc, "recipe", dict, "")
+    project = _get(source, head, "project", str, "recipe")
+    default_version = _get(source, head, "default_version", str, "recipe")
+    supported = _get(source, head, "supported_versions", str, "recipe")
+    try:
+        specifier = SpecifierSet(supported)
+    except InvalidSpecifier as exc:
+        raise source.error("recipe.supported_versions", f"not a version specifier ({exc})") from exc
+    try:
+        if Version(default_version) not in specifier:
+            raise source.error("recipe.default_version",
+                               f"{default_version} is outside supported_versions {supported}")
+    except InvalidVersion as exc:
+        raise source.error("recipe.default_version", f"not a version ({exc})") from exc
+
+    packages = []
+    for name, table in _get(source, doc, "packages", dict, "").items():
+        where = f"packages.{name}"
+        _typed(source, table, dict, where)
+        packages.append(PackageSpec(
+            name=name,
+            summary=_get(source, table, "summary", str, where),
+            python=bool(_typed(source, table.get("python", False), bool, f"{where}.python")),
+        ))
+    names = {p.name for p in packages}
+
+    rules = []
+    for index, table in enumerate(_get(source, doc, "rules", list, "")):
+        where = f"rules[{index}]"
+        _typed(source, table, dict, where)
+        package = _get(source, table, "package", str, where)
+        if package not in names:
+            raise source.error(f"{where}.package", f"unknown package '{package}'",
+                               f"declare it under [packages.{package}] or use one of {sorted(names)}")
+        rules.append(Rule(
+            index=index,
+            globs=_strings(source, _get(source, table, "glob", object, where), f"{where}.glob"),
+            exclude=_strings(source, table.get("exclude", []), f"{where}.exclude"),
+            package=package,
+            reason=_get(source, table, "reason", str, where),
+            line=source.line(where),
+        ))
+
+    components = []
+    for name, table in _get(source, doc, "components", dict, "").items():
+        where = f"components.{name}"
+        _typed(source, table, dict, where)
+        components.append(Component(
+            name=name,
+            library=_get(source, table, "library", str, where),
+            platforms=_strings(source, table.get("platforms", []), f"{where}.platforms"),
+            line=source.line(where),
+        ))
+
+    externals = []
+    for name, table in doc.get("externals", {}).items():
+        where = f"externals.{name}"
+        _typed(source, table, dict, where)
+        externals.append(External(
+            name=name,
+            sonames=_strings(source, _get(source, table, "sonames", list, where), f"{where}.sonames"),
+            conda=_get(source, table, "conda", str, where),
+            pip=_get(source, table, "pip", str, where),
+        ))
+
+    system = _typed(source, doc.get("system", {}), dict, "system")
+    system_sonames = _strings(source, system.get("sonames", []), "system.sonames")
+    conda_system = _typed(source, system.get("conda", {}), dict, "system.conda")
+    conda_names = _typed(source, _typed(source, doc.get("conda", {}), dict, "conda")
+                         .get("names", {}), dict, "conda.names")
+
+    exclusive = []
+    for index, table in enumerate(doc.get("process_exclusive", [])):
+        where = f"process_exclusive[{index}]"
+        _typed(source, table, dict, where)
+        exclusive.append(ExclusivePair(
+            first=_get(source, table, "first", str, where),
+            second=_get(source, table, "second", str, where),
+            reason=_get(source, table, "reason", str, where),
+            line=source.line(where),
+        ))
+
+    return Recipe(
+        path=source.path,
+        project=project,
+        default_version=default_version,
+        supported=supported,
+        packages=tuple(packages),
+        rules=tuple(rules),
+        components=tuple(components),
+        externals=tuple(externals),
+        system_sonames=system_sonames,
+        conda_system=tuple(sorted((k, str(v)) for k, v in conda_system.items())),
+        conda_names=tuple(sorted((k, str(v)) for k, v in conda_names.items())),
+        exclusive=tuple(exclusive),
+    )

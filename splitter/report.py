@@ -1,0 +1,63 @@
+"""The Plan as JSON: the stable, machine-read form of `splitter plan --json`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from splitter.model import Dependency, Plan, Verdict
+
+SCHEMA_VERSION = 1
+
+
+def dependency_json(dep: Dependency) -> dict[str, Any]:
+    """One dependency with the binary evidence for it."""
+    return {"name": dep.name, "version": dep.version, "conda": dep.conda, "pip": dep.pip,
+            "evidence": list(dep.evidence)}
+
+
+def verdict_json(verdict: Verdict) -> dict[str, Any]:
+    """A process-exclusivity verdict in the versioned sidecar schema."""
+    return {
+        "schema": "splitter.process-exclusive/1",
+        "files": [
+            {"path": verdict.first, "package": verdict.first_package},
+            {"path": verdict.second, "package": verdict.second_package},
+        ],
+        "declared": verdict.declared,
+        "in_effect": verdict.in_effect,
+        "operators": list(verdict.operators),
+        "evidence": list(verdict.evidence),
+    }
+
+
+def plan_json(plan: Plan) -> dict[str, Any]:
+    """The whole plan; every list is sorted so equal plans give equal JSON."""
+    wheel = plan.wheel
+    return {
+        "schema": SCHEMA_VERSION,
+        "input": {"name": wheel.name, "version": wheel.version, "tag": wheel.tag,
+                  "filename": wheel.filename, "sha256": wheel.sha256},
+        "recipe": plan.recipe.path.name,
+        "packages": [
+            {
+                "name": pkg.name,
+                "version": pkg.version,
+                "summary": pkg.summary,
+                "files": list(pkg.files),
+                "bytes": pkg.bytes,
+                "depends": [dependency_json(d) for d in pkg.depends],
+                "externals": [dependency_json(d) for d in pkg.externals],
+                "system": list(pkg.system_sonames),
+                "cmake_components": list(pkg.cmake_components),
+                "sonames": list(pkg.sonames),
+            }
+            for pkg in plan.packages
+        ],
+        "binaries": [
+            {"path": b.path, "soname": b.soname, "needed": list(b.needed),
+             "runpath": list(b.runpath), "rpath": list(b.rpath), "registry": b.registry,
+             "et_operators": list(b.et_operators), "torch_schemas": list(b.torch_schemas)}
+            for b in plan.binaries
+        ],
+        "process_exclusive": [verdict_json(v) for v in plan.exclusive],
+    }

@@ -1,0 +1,48 @@
+"""Ownership rules as a pure selector: which rules claim a wheel path."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from splitter.model import Rule
+
+
+@lru_cache(maxsize=None)
+def compile_glob(glob: str) -> re.Pattern[str]:
+    """Translate a path glob: `**` crosses `/`, `*` and `?` stay inside one segment."""
+    out, index = [], 0
+    while index < len(glob):
+        if glob.startswith("**/", index):
+            out.append("(?:.*/)?")
+            index += 3
+        elif glob.startswith("**", index):
+            out.append(".*")
+            index += 2
+        elif glob[index] == "*":
+            out.append("[^/]*")
+            index += 1
+        elif glob[index] == "?":
+            out.append("[^/]")
+            index += 1
+        else:
+            out.append(re.escape(glob[index]))
+            index += 1
+    return re.compile("".join(out))
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    """Matches paths against every rule; rules never shadow each other."""
+
+    rules: tuple[Rule, ...]
+
+    def claims(self, path: str) -> tuple[Rule, ...]:
+        """Every rule whose globs match `path` and whose excludes do not."""
+        return tuple(
+            rule
+            for rule in self.rules
+            if any(compile_glob(g).fullmatch(path) for g in rule.globs)
+            and not any(compile_glob(g).fullmatch(path) for g in rule.exclude)
+        )

@@ -1,0 +1,260 @@
+"""Read a wheel once and verify every file against its RECORD before anything trusts it."""
+
+from __future__ import annotations
+
+import base64
+import calendar
+import csv
+import hashlib
+import io
+import stat
+import zipfile
+import zlib
+from collections.abc import Callable
+from email.parser import HeaderParser
+from pathlib import Path, PurePosixPath
+
+from packaging.metadata import Metadata
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+from splitter.errors import InvalidWheel
+from splitter.model import WheelEntry, WheelInfo
+
+# Deflate cannot exceed ~1032:1; anything claiming more is lying about its size.
+MAX_RATIO = 1100
+# Beyond this ratio a large entry is treated as a bomb; the real 1.5.1 wheel peaks at 34:1.
+SUSPECT_RATIO = 200
+SUSPECT_SIZE = 1 << 20
+MAX_TOTAL = 8 << 30
+CHUNK = 1 << 20
+
+Visitor = Callable[[str, bytes], None]
+
+
+def record_hash(data: bytes) -> str:
+    """The RECORD form of a sha256 digest: urlsafe base64 without padding."""
+    digest = hashlib.sha256(data).digest()
+    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def check_member_name(name: str) -> str:
+    """Return `name` if it is a safe relative archive path, else raise naming it."""
+    if not name or "\\" in name or "\x00" in name:
+        raise InvalidWheel(f"unsafe path in wheel (empty, backslash or NUL): {name!r}")
+    pure = PurePosixPath(name)
+    if pure.is_absolute() or name.startswith("/"):
+        raise InvalidWheel(f"unsafe path in wheel (absolute): {name}")
+    if ".." in pure.parts:
+        raise InvalidWheel(f"unsafe path in wheel (contains '..'): {name}")
+    if len(name) > 1 and name[1] == ":":
+        raise InvalidWheel(f"unsafe path in wheel (drive letter): {name}")
+    return name
+
+
+def safe_join(root: Path, relative: str) -> Path:
+    """Join an archive path onto `root`, refusing anything that would land outside it."""
+    check_member_name(relative)
+    target = (root / relative).resolve()
+    base = root.resolve()
+    if target != base and base not in target.parents:
+        raise InvalidWheel(f"path escapes the destination {root}: {relative}")
+    return target
+
+
+def read_wheel(path: Path, visit: Visitor | None = None) -> WheelInfo:
+    """Open `path`, verify it completely and describe it; `visit` sees each verified file."""
+    try:
+        name, version, build, tags = parse_wheel_filename(path.name)
+    except InvalidWheelFilename as exc:
+        raise InvalidWheel(f"not a wheel file name ({exc}): {path}") from exc
+    if not path.is_file():
+        raise InvalidWheel(f"wheel not found: {path}")
+    try:
+        with path.open("rb") as handle:
+            file_sha = hashlib.file_digest(handle, "sha256").hexdigest()
+        with zipfile.ZipFile(path) as archive:
+            return _read_archive(path, archive, file_sha, visit)
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
+        raise InvalidWheel(f"corrupt or truncated wheel ({exc}): {path}") from exc
+    except OSError as exc:
+        raise InvalidWheel(f"cannot read wheel ({exc.strerror or exc}): {path}") from exc
+
+
+def _read_archive(
+    path: Path, archive: zipfile.ZipFile, file_sha: str, visit: Visitor | None
+) -> WheelInfo:
+    infos: dict[str, zipfile.ZipInfo] = {}
+    total = 0
+    for info in archive.infolist():
+        name = check_member_name(info.filename)
+        if info.is_dir():
+            continue
+        if stat.S_ISLNK(info.external_attr >> 16):
+            raise InvalidWheel(f"symlink entry in wheel (wheels cannot carry links): {name}")
+        if name in infos:
+            raise InvalidWheel(f"duplicate entry in wheel: {name}")
+        ratio = info.file_size / max(info.compress_size, 1)
+        if ratio > MAX_RATIO or (info.file_size > SUSPECT_SIZE and ratio > SUSPECT_RATIO):
+            raise InvalidWheel(
+                f"entry declares {info.file_size} bytes from {info.compress_size} compressed "
+                f"(ratio {ratio:.0f}:1, a zip bomb): {name}"
+            )
+        total += info.file_size
+        infos[name] = info
+    if total > MAX_TOTAL:
+        raise InvalidWheel(f"wheel declares {total} uncompressed bytes (over {MAX_TOTAL}): {path}")
+
+    dist_info = _find_dist_info(path, infos)
+    wheel_meta = HeaderParser().parsestr(_text(archive, infos, f"{dist_info}/WHEEL"))
+    if not (wheel_meta.get("Wheel-Version") or "").startswith("1."):
+        raise InvalidWheel(f"unsupported Wheel-Version {wheel_meta.get('Wheel-Version')!r}: {path}")
+    metadata = _parse_metadata(archive, infos, f"{dist_info}/METADATA")
+    record = _parse_record(archive, infos, f"{dist_info}/RECORD")
+
+    missing = sorted(set(record) - set(infos))
+    if missing:
+        raise InvalidWheel(f"RECORD lists a file the wheel does not contain: {missing[0]}")
+    unlisted = sorted(set(infos) - set(record))
+    if unlisted:
+        raise InvalidWheel(f"file not listed in RECORD: {unlisted[0]}")
+
+    entries = []
+    for name in sorted(infos):
+        info = infos[name]
+        expected_hash, expected_size = record[name]
+        data = _read_member(archive, info)
+        digest = hashlib.sha256(data).digest()
+        if expected_hash:
+            actual = "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+            if actual != expected_hash:
+                raise InvalidWheel(f"hash mismatch against RECORD ({actual}): {name}")
+        if expected_size is not None and expected_size != len(data):
+            raise InvalidWheel(f"size mismatch against RECORD ({len(data)} bytes): {name}")
+        mode = info.external_attr >> 16
+        entries.append(
+            WheelEntry(
+                path=name,
+                size=len(data),
+                sha256=digest.hex(),
+                executable=bool(mode & 0o111),
+            )
+        )
+        if visit is not None:
+            visit(name, data)
+
+    fname, fversion, build, tags = parse_wheel_filename(path.name)
+    if metadata.name.lower().replace("_", "-") != str(fname):
+        raise InvalidWheel(f"METADATA names {metadata.name}, the file name {fname}: {path}")
+    if str(metadata.version) != str(fversion):
+        raise InvalidWheel(f"METADATA version {metadata.version} != file name {fversion}: {path}")
+    tag = sorted(tags, key=str)[0]
+    return WheelInfo(
+        path=path.resolve(),
+        filename=path.name,
+        sha256=file_sha,
+        name=str(fname),
+        version=str(fversion),
+        build_tag="".join(map(str, build)),
+        python_tag=tag.interpreter,
+        abi_tag=tag.abi,
+        platform_tag=tag.platform,
+        dist_info=dist_info,
+        summary=metadata.summary or "",
+        license=metadata.license_expression or metadata.license or "",
+        requires_python=str(metadata.requires_python or ""),
+        requires_dist=tuple(str(r) for r in metadata.requires_dist or ()),
+        provides_extra=tuple(str(e) for e in metadata.provides_extra or ()),
+        console_scripts=_console_scripts(archive, infos, f"{dist_info}/entry_points.txt"),
+        license_files=tuple(
+            sorted(n for n in infos if n.startswith(f"{dist_info}/licenses/"))
+        ),
+        timestamp=max(_epoch(i.date_time) for i in infos.values()),
+        entries=tuple(entries),
+    )
+
+
+def _epoch(date_time: tuple[int, int, int, int, int, int]) -> int:
+    return calendar.timegm((*date_time, 0, 0, 0))
+
+
+def _find_dist_info(path: Path, infos: dict[str, zipfile.ZipInfo]) -> str:
+    roots = {n.split("/", 1)[0] for n in infos if n.split("/", 1)[0].endswith(".dist-info")}
+    if len(roots) != 1:
+        raise InvalidWheel(
+            f"expected exactly one .dist-info directory, found {sorted(roots) or 'none'}: {path}"
+        )
+    root = roots.pop()
+    for required in ("WHEEL", "METADATA", "RECORD"):
+        if f"{root}/{required}" not in infos:
+            raise InvalidWheel(f"wheel has no {root}/{required}: {path}")
+    return root
+
+
+def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
+    buffer = io.BytesIO()
+    with archive.open(info) as stream:
+        while chunk := stream.read(CHUNK):
+            buffer.write(chunk)
+            if buffer.tell() > info.file_size:
+                raise InvalidWheel(f"entry inflates past its declared size: {info.filename}")
+    return buffer.getvalue()
+
+
+def _text(archive: zipfile.ZipFile, infos: dict[str, zipfile.ZipInfo], name: str) -> str:
+    try:
+        return _read_member(archive, infos[name]).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidWheel(f"not UTF-8 ({exc.reason}): {name}") from exc
+
+
+def _parse_metadata(
+    archive: zipfile.ZipFile, infos: dict[str, zipfile.ZipInfo], name: str
+) -> Metadata:
+    try:
+        return Metadata.from_email(_text(archive, infos, name), validate=True)
+    except Exception as exc:  # packaging raises an ExceptionGroup of InvalidMetadata
+        problems = getattr(exc, "exceptions", [exc])
+        raise InvalidWheel(f"invalid METADATA ({problems[0]}): {name}") from exc
+
+
+def _parse_record(
+    archive: zipfile.ZipFile, infos: dict[str, zipfile.ZipInfo], name: str
+) -> dict[str, tuple[str, int | None]]:
+    rows: dict[str, tuple[str, int | None]] = {}
+    reader = csv.reader(io.StringIO(_text(archive, infos, name)))
+    for number, row in enumerate(reader, start=1):
+        if not row:
+            continue
+        if len(row) != 3:
+            raise InvalidWheel(f"RECORD row {number} has {len(row)} fields, not 3: {name}")
+        path, digest, size = row
+        check_member_name(path)
+        if path in rows:
+            raise InvalidWheel(f"RECORD lists a file twice (row {number}): {path}")
+        if digest and not digest.startswith("sha256="):
+            raise InvalidWheel(f"RECORD row {number} uses {digest.split('=')[0]}, not sha256: {path}")
+        try:
+            rows[path] = (digest, int(size) if size else None)
+        except ValueError as exc:
+            raise InvalidWheel(f"RECORD row {number} has a bad size {size!r}: {path}") from exc
+        if not digest and path != name and not path.endswith((".jws", ".p7s")):
+            raise InvalidWheel(f"RECORD row {number} has no hash: {path}")
+    return rows
+
+
+def _console_scripts(
+    archive: zipfile.ZipFile, infos: dict[str, zipfile.ZipInfo], name: str
+) -> tuple[tuple[str, str], ...]:
+    if name not in infos:
+        return ()
+    import configparser
+
+    parser = configparser.ConfigParser(delimiters=("=",), interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    try:
+        parser.read_string(_text(archive, infos, name))
+    except configparser.Error as exc:
+        raise InvalidWheel(f"invalid entry_points.txt ({exc.message}): {name}") from exc
+    if not parser.has_section("console_scripts"):
+        return ()
+    return tuple(sorted((k.strip(), v.strip()) for k, v in parser.items("console_scripts")))
