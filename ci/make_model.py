@@ -28,12 +28,11 @@ import json
 import sys
 from pathlib import Path
 
-import torch
-from torch import nn
-
 # Registers the quantized_decomposed .out kernels: to_executorch() needs them
 # as out variants, and the runtime fails with "Missing operator" without them.
 import executorch.kernels.quantized  # noqa: F401
+import torch
+from torch import nn
 
 QUANT_OPS = (
     "quantized_decomposed::quantize_per_tensor.out",
@@ -113,7 +112,9 @@ def main(outdir):
 
     meta = {
         "inputs": [{"shape": list(example[0].shape), "dtype": "float32", "file": "input0.bin"}],
-        "outputs": [{"shape": list(output.shape), "dtype": "float32", "file": "expected_output0.bin"}],
+        "outputs": [
+            {"shape": list(output.shape), "dtype": "float32", "file": "expected_output0.bin"}
+        ],
         "operators": ops,
         "torch": torch.__version__.split("+")[0],
         "executorch": executorch.version.__version__.split("+")[0],

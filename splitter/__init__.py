@@ -1,3 +1,3 @@
-"""splitter: split the monolithic ExecuTorch wheel into runtime, quantized-kernel and export packages."""
+"""splitter: split the ExecuTorch wheel into runtime, quantized-kernel and export packages."""
 
 __version__ = "0.1.0"

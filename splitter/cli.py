@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
-from contextlib import contextmanager
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -21,21 +21,33 @@ from splitter.plan import make_plan
 from splitter.recipe import load_recipe
 from splitter.report import plan_json
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Split the ExecuTorch wheel into runtime, quantized-kernel and export packages.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Split the ExecuTorch wheel into runtime, quantized-kernel and export packages.",
+)
 out = Console()
 err = Console(stderr=True)
 state = {"traceback": False, "quiet": False}
 
-WheelArg = Annotated[Optional[str], typer.Argument(
-    help="A .whl path or a requirement (executorch==1.5.1); default: the recipe's pinned version.")]
-RecipeOpt = Annotated[Optional[Path], typer.Option("--recipe", help="Recipe TOML (default: the shipped one).")]
+WheelArg = Annotated[
+    str | None,
+    typer.Argument(
+        help="A .whl path or a requirement (executorch==1.5.1); default: the recipe's pin."
+    ),
+]
+RecipeOpt = Annotated[
+    Path | None, typer.Option("--recipe", help="Recipe TOML (default: the shipped one).")
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 
 
 @app.callback()
 def main_options(
-    traceback: Annotated[bool, typer.Option("--traceback", help="Show tracebacks on errors.")] = False,
+    traceback: Annotated[
+        bool, typer.Option("--traceback", help="Show tracebacks on errors.")
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
 ) -> None:
     """splitter: one plan from the wheel and a recipe, rendered by small targets."""
@@ -49,9 +61,15 @@ def progress_bar(enabled: bool) -> Iterator[Progress | None]:
     if not enabled or state["quiet"] or not err.is_terminal:
         yield None
         return
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                  TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
-                  console=err, transient=True) as bar:
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
         yield bar
 
 
@@ -74,7 +92,9 @@ def plan(
     wheel: WheelArg = None,
     recipe: RecipeOpt = None,
     as_json: JsonOpt = False,
-    why: Annotated[Optional[str], typer.Option("--why", help="Show which rule owns this wheel path.")] = None,
+    why: Annotated[
+        str | None, typer.Option("--why", help="Show which rule owns this wheel path.")
+    ] = None,
 ) -> None:
     """Show how the wheel is split: packages, dependencies, CMake components, exclusivity."""
     result = compute_plan(wheel, recipe, not as_json)
@@ -94,24 +114,41 @@ def show_why(result: Plan, path: str, as_json: bool) -> None:
     package, index = result.owners[path]
     rule = result.recipe.rules[index]
     if as_json:
-        print(json.dumps({"path": path, "package": package, "rule": index,
-                          "glob": list(rule.globs), "reason": rule.reason}))
+        print(
+            json.dumps(
+                {
+                    "path": path,
+                    "package": package,
+                    "rule": index,
+                    "glob": list(rule.globs),
+                    "reason": rule.reason,
+                }
+            )
+        )
         return
-    out.print(f"{path}\n  -> [bold]{package}[/] by rules[{index}] {list(rule.globs)} "
-              f"({result.recipe.path.name}:{rule.line})\n  {rule.reason}")
+    out.print(
+        f"{path}\n  -> [bold]{package}[/] by rules[{index}] {list(rule.globs)} "
+        f"({result.recipe.path.name}:{rule.line})\n  {rule.reason}"
+    )
 
 
 def show_plan(result: Plan) -> None:
     """Rich tables: one row per package, then the exclusivity verdicts."""
     wheel = result.wheel
-    out.print(f"[bold]{wheel.filename}[/] sha256 {wheel.sha256[:16]}… "
-              f"{len(wheel.entries)} files, recipe {result.recipe.path.name}")
+    out.print(
+        f"[bold]{wheel.filename}[/] sha256 {wheel.sha256[:16]}… "
+        f"{len(wheel.entries)} files, recipe {result.recipe.path.name}"
+    )
     table = Table("package", "files", "bytes", "depends", "external", "CMake components")
     for pkg in result.packages:
-        table.add_row(pkg.name, str(len(pkg.files)), f"{pkg.bytes:,}",
-                      "\n".join(d.conda for d in pkg.depends) or "-",
-                      "\n".join(d.pip for d in pkg.externals) or "-",
-                      ", ".join(pkg.cmake_components) or "-")
+        table.add_row(
+            pkg.name,
+            str(len(pkg.files)),
+            f"{pkg.bytes:,}",
+            "\n".join(d.conda for d in pkg.depends) or "-",
+            "\n".join(d.pip for d in pkg.externals) or "-",
+            ", ".join(pkg.cmake_components) or "-",
+        )
     out.print(table)
     rules = Table("rule", "glob", "package", "reason")
     for rule in result.recipe.rules:
@@ -127,19 +164,9 @@ def show_plan(result: Plan) -> None:
 def main() -> None:
     """Entry point: run the app, turning SplitterError into a one-line message and exit code."""
     try:
-        app(standalone_mode=False)
+        app()
     except SplitterError as exc:
         if state["traceback"]:
             raise
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+        sys.stderr.write(f"error: {exc}\n")
         sys.exit(exc.exit_code)
-    except (typer.Abort, KeyboardInterrupt):
-        err.print("aborted")
-        sys.exit(130)
-    except Exception as exc:  # click usage errors arrive here in standalone_mode=False
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise

@@ -43,7 +43,9 @@ class OwnershipError(SplitterError):
         ]
         lines += [f"  unowned: {p}" for p in self.unowned]
         lines += [f"  owned twice: {p}" for p in self.multiply_owned]
-        lines.append("add or narrow [[rules]] in the recipe so each file matches exactly one package")
+        lines.append(
+            "add or narrow [[rules]] in the recipe so each file matches exactly one package"
+        )
         super().__init__("\n".join(lines))
 
 

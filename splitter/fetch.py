@@ -37,7 +37,7 @@ def resolve_input(spec: str | None, recipe: Recipe) -> Path:
     except InvalidRequirement as exc:
         raise InvalidWheel(
             f"neither a wheel file nor a requirement ({exc}): {spec}\n"
-            f"pass a path to a .whl or a requirement such as {recipe.project}=={recipe.default_version}"
+            f"pass a .whl path or a requirement such as {recipe.project}=={recipe.default_version}"
         ) from exc
     cached = _cached(requirement)
     if cached is not None:
@@ -69,12 +69,22 @@ def _download(requirement: Requirement) -> Path:
     directory = cache_dir()
     directory.mkdir(parents=True, exist_ok=True)
     before = set(directory.glob("*.whl"))
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--dest", str(directory), str(requirement)]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--dest",
+        str(directory),
+        str(requirement),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        raise ExternalToolError(f"pip could not download {requirement}", command,
-                                result.returncode, result.stderr)
+        raise ExternalToolError(
+            f"pip could not download {requirement}", command, result.returncode, result.stderr
+        )
     found = _cached(requirement) or next(iter(set(directory.glob("*.whl")) - before), None)
     if found is None:
         raise InvalidWheel(f"pip downloaded no wheel for {requirement} into {directory}")

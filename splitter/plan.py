@@ -1,4 +1,4 @@
-"""make_plan: the one computation from wheel and recipe to the split; every cross-check lives here."""
+"""make_plan: the one computation from wheel and recipe to the split; all cross-checks live here."""
 
 from __future__ import annotations
 
@@ -61,24 +61,35 @@ def make_plan(wheel_path: Path, recipe: Recipe, progress: Progress | None = None
     for spec in recipe.packages:
         files = tuple(sorted(p for p, (pkg, _) in owners.items() if pkg == spec.name))
         lib_names = {p.rsplit("/", 1)[-1] for p in files}
-        packages.append(PackagePlan(
-            name=spec.name,
-            version=wheel.version,
-            summary=spec.summary,
-            python=spec.python,
-            files=files,
-            bytes=sum(sizes[p] for p in files),
-            depends=tuple(sorted(depends[spec.name].values(), key=lambda d: d.name)),
-            externals=tuple(sorted(externals[spec.name].values(), key=lambda d: d.name)),
-            system_sonames=tuple(sorted(system[spec.name])),
-            cmake_components=tuple(sorted(
-                c.name for c in recipe.components
-                if c.library in lib_names and any(
-                    p.endswith("/" + c.library) and p.startswith("executorch/lib/") for p in files)
-            )),
-            sonames=tuple(sorted(b.provides for b in binaries if owners[b.path][0] == spec.name
-                                 and b.soname)),
-        ))
+        packages.append(
+            PackagePlan(
+                name=spec.name,
+                version=wheel.version,
+                summary=spec.summary,
+                python=spec.python,
+                files=files,
+                bytes=sum(sizes[p] for p in files),
+                depends=tuple(sorted(depends[spec.name].values(), key=lambda d: d.name)),
+                externals=tuple(sorted(externals[spec.name].values(), key=lambda d: d.name)),
+                system_sonames=tuple(sorted(system[spec.name])),
+                cmake_components=tuple(
+                    sorted(
+                        c.name
+                        for c in recipe.components
+                        if c.library in lib_names
+                        and any(
+                            p.endswith("/" + c.library) and p.startswith("executorch/lib/")
+                            for p in files
+                        )
+                    )
+                ),
+                sonames=tuple(
+                    sorted(
+                        b.provides for b in binaries if owners[b.path][0] == spec.name and b.soname
+                    )
+                ),
+            )
+        )
     return Plan(
         wheel=wheel,
         recipe=recipe,
@@ -100,9 +111,13 @@ def check_supported(wheel: WheelInfo, recipe: Recipe) -> None:
 
     if Version(wheel.version) not in SpecifierSet(recipe.supported):
         has_lib = any(e.path.startswith("executorch/lib/") for e in wheel.entries)
-        why = "" if has_lib else (
-            "; it ships no C++ runtime under executorch/lib/ (the runtime is linked into the "
-            "Python extension), so there is nothing to split"
+        why = (
+            ""
+            if has_lib
+            else (
+                "; it ships no C++ runtime under executorch/lib/ (the runtime is linked into the "
+                "Python extension), so there is nothing to split"
+            )
         )
         raise UnsupportedWheel(
             f"{recipe.project} {wheel.version} is not supported (this recipe splits "
@@ -144,7 +159,9 @@ def assign_owners(wheel: WheelInfo, recipe: Recipe) -> dict[str, tuple[str, int]
 
 def check_components(wheel: WheelInfo, recipe: Recipe) -> None:
     """A component the recipe says this platform ships must have its library in the wheel."""
-    names = {e.path.rsplit("/", 1)[-1] for e in wheel.entries if e.path.startswith("executorch/lib/")}
+    names = {
+        e.path.rsplit("/", 1)[-1] for e in wheel.entries if e.path.startswith("executorch/lib/")
+    }
     for component in recipe.components:
         required = any(fnmatch.fnmatchcase(wheel.platform_tag, p) for p in component.platforms)
         if required and component.library not in names:
@@ -224,8 +241,13 @@ def resolve_needed(
         )
     depends = {
         spec.name: {
-            other: Dependency(name=other, version=wheel.version, conda=f"{other} =={wheel.version}",
-                              pip=f"{other}=={wheel.version}", evidence=tuple(ev))
+            other: Dependency(
+                name=other,
+                version=wheel.version,
+                conda=f"{other} =={wheel.version}",
+                pip=f"{other}=={wheel.version}",
+                evidence=tuple(ev),
+            )
             for other, ev in evidence[spec.name].items()
         }
         for spec in recipe.packages
@@ -233,8 +255,13 @@ def resolve_needed(
     by_name = {e.name: e for e in recipe.externals}
     externals = {
         spec.name: {
-            name: Dependency(name=name, version="", conda=by_name[name].conda,
-                             pip=by_name[name].pip, evidence=tuple(ev))
+            name: Dependency(
+                name=name,
+                version="",
+                conda=by_name[name].conda,
+                pip=by_name[name].pip,
+                evidence=tuple(ev),
+            )
             for name, ev in ext_evidence[spec.name].items()
         }
         for spec in recipe.packages
@@ -263,7 +290,7 @@ def judge_exclusive(
     registering = [b for b in binaries if b.et_operators]
     undeclared = []
     for i, first in enumerate(registering):
-        for second in registering[i + 1:]:
+        for second in registering[i + 1 :]:
             common = set(first.et_operators) & set(second.et_operators)
             if not common or frozenset((first.path, second.path)) in declared:
                 continue
@@ -273,7 +300,8 @@ def judge_exclusive(
     if undeclared:
         lines = "\n".join(
             f"  {v.first} and {v.second}: both register {len(v.operators)} operators, "
-            f"e.g. {v.operators[0]}" for v in undeclared
+            f"e.g. {v.operators[0]}"
+            for v in undeclared
         )
         raise ExclusivityError(
             f"files register the same ExecuTorch operators without one loading the other, "

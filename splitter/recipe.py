@@ -101,8 +101,16 @@ def _strings(source: _Source, value: Any, where: str) -> tuple[str, ...]:
 
 
 def _build(source: _Source, doc: dict[str, Any]) -> Recipe:
-    known = {"recipe", "packages", "rules", "components", "externals", "system", "conda",
-             "process_exclusive"}
+    known = {
+        "recipe",
+        "packages",
+        "rules",
+        "components",
+        "externals",
+        "system",
+        "conda",
+        "process_exclusive",
+    }
     for key in doc:
         if key not in known:
             raise source.error(key, f"unknown table '{key}'", f"known tables: {sorted(known)}")
@@ -116,8 +124,10 @@ def _build(source: _Source, doc: dict[str, Any]) -> Recipe:
         raise source.error("recipe.supported_versions", f"not a version specifier ({exc})") from exc
     try:
         if Version(default_version) not in specifier:
-            raise source.error("recipe.default_version",
-                               f"{default_version} is outside supported_versions {supported}")
+            raise source.error(
+                "recipe.default_version",
+                f"{default_version} is outside supported_versions {supported}",
+            )
     except InvalidVersion as exc:
         raise source.error("recipe.default_version", f"not a version ({exc})") from exc
 
@@ -125,11 +135,13 @@ def _build(source: _Source, doc: dict[str, Any]) -> Recipe:
     for name, table in _get(source, doc, "packages", dict, "").items():
         where = f"packages.{name}"
         _typed(source, table, dict, where)
-        packages.append(PackageSpec(
-            name=name,
-            summary=_get(source, table, "summary", str, where),
-            python=bool(_typed(source, table.get("python", False), bool, f"{where}.python")),
-        ))
+        packages.append(
+            PackageSpec(
+                name=name,
+                summary=_get(source, table, "summary", str, where),
+                python=bool(_typed(source, table.get("python", False), bool, f"{where}.python")),
+            )
+        )
     names = {p.name for p in packages}
 
     rules = []
@@ -138,55 +150,72 @@ def _build(source: _Source, doc: dict[str, Any]) -> Recipe:
         _typed(source, table, dict, where)
         package = _get(source, table, "package", str, where)
         if package not in names:
-            raise source.error(f"{where}.package", f"unknown package '{package}'",
-                               f"declare it under [packages.{package}] or use one of {sorted(names)}")
-        rules.append(Rule(
-            index=index,
-            globs=_strings(source, _get(source, table, "glob", object, where), f"{where}.glob"),
-            exclude=_strings(source, table.get("exclude", []), f"{where}.exclude"),
-            package=package,
-            reason=_get(source, table, "reason", str, where),
-            line=source.line(where),
-        ))
+            raise source.error(
+                f"{where}.package",
+                f"unknown package '{package}'",
+                f"declare it under [packages.{package}] or use one of {sorted(names)}",
+            )
+        rules.append(
+            Rule(
+                index=index,
+                globs=_strings(source, _get(source, table, "glob", object, where), f"{where}.glob"),
+                exclude=_strings(source, table.get("exclude", []), f"{where}.exclude"),
+                package=package,
+                reason=_get(source, table, "reason", str, where),
+                line=source.line(where),
+            )
+        )
 
     components = []
     for name, table in _get(source, doc, "components", dict, "").items():
         where = f"components.{name}"
         _typed(source, table, dict, where)
-        components.append(Component(
-            name=name,
-            library=_get(source, table, "library", str, where),
-            platforms=_strings(source, table.get("platforms", []), f"{where}.platforms"),
-            line=source.line(where),
-        ))
+        components.append(
+            Component(
+                name=name,
+                library=_get(source, table, "library", str, where),
+                platforms=_strings(source, table.get("platforms", []), f"{where}.platforms"),
+                line=source.line(where),
+            )
+        )
 
     externals = []
     for name, table in doc.get("externals", {}).items():
         where = f"externals.{name}"
         _typed(source, table, dict, where)
-        externals.append(External(
-            name=name,
-            sonames=_strings(source, _get(source, table, "sonames", list, where), f"{where}.sonames"),
-            conda=_get(source, table, "conda", str, where),
-            pip=_get(source, table, "pip", str, where),
-        ))
+        externals.append(
+            External(
+                name=name,
+                sonames=_strings(
+                    source, _get(source, table, "sonames", list, where), f"{where}.sonames"
+                ),
+                conda=_get(source, table, "conda", str, where),
+                pip=_get(source, table, "pip", str, where),
+            )
+        )
 
     system = _typed(source, doc.get("system", {}), dict, "system")
     system_sonames = _strings(source, system.get("sonames", []), "system.sonames")
     conda_system = _typed(source, system.get("conda", {}), dict, "system.conda")
-    conda_names = _typed(source, _typed(source, doc.get("conda", {}), dict, "conda")
-                         .get("names", {}), dict, "conda.names")
+    conda_names = _typed(
+        source,
+        _typed(source, doc.get("conda", {}), dict, "conda").get("names", {}),
+        dict,
+        "conda.names",
+    )
 
     exclusive = []
     for index, table in enumerate(doc.get("process_exclusive", [])):
         where = f"process_exclusive[{index}]"
         _typed(source, table, dict, where)
-        exclusive.append(ExclusivePair(
-            first=_get(source, table, "first", str, where),
-            second=_get(source, table, "second", str, where),
-            reason=_get(source, table, "reason", str, where),
-            line=source.line(where),
-        ))
+        exclusive.append(
+            ExclusivePair(
+                first=_get(source, table, "first", str, where),
+                second=_get(source, table, "second", str, where),
+                reason=_get(source, table, "reason", str, where),
+                line=source.line(where),
+            )
+        )
 
     return Recipe(
         path=source.path,

@@ -11,8 +11,13 @@ SCHEMA_VERSION = 1
 
 def dependency_json(dep: Dependency) -> dict[str, Any]:
     """One dependency with the binary evidence for it."""
-    return {"name": dep.name, "version": dep.version, "conda": dep.conda, "pip": dep.pip,
-            "evidence": list(dep.evidence)}
+    return {
+        "name": dep.name,
+        "version": dep.version,
+        "conda": dep.conda,
+        "pip": dep.pip,
+        "evidence": list(dep.evidence),
+    }
 
 
 def verdict_json(verdict: Verdict) -> dict[str, Any]:
@@ -35,8 +40,13 @@ def plan_json(plan: Plan) -> dict[str, Any]:
     wheel = plan.wheel
     return {
         "schema": SCHEMA_VERSION,
-        "input": {"name": wheel.name, "version": wheel.version, "tag": wheel.tag,
-                  "filename": wheel.filename, "sha256": wheel.sha256},
+        "input": {
+            "name": wheel.name,
+            "version": wheel.version,
+            "tag": wheel.tag,
+            "filename": wheel.filename,
+            "sha256": wheel.sha256,
+        },
         "recipe": plan.recipe.path.name,
         "packages": [
             {
@@ -54,9 +64,16 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             for pkg in plan.packages
         ],
         "binaries": [
-            {"path": b.path, "soname": b.soname, "needed": list(b.needed),
-             "runpath": list(b.runpath), "rpath": list(b.rpath), "registry": b.registry,
-             "et_operators": list(b.et_operators), "torch_schemas": list(b.torch_schemas)}
+            {
+                "path": b.path,
+                "soname": b.soname,
+                "needed": list(b.needed),
+                "runpath": list(b.runpath),
+                "rpath": list(b.rpath),
+                "registry": b.registry,
+                "et_operators": list(b.et_operators),
+                "torch_schemas": list(b.torch_schemas),
+            }
             for b in plan.binaries
         ],
         "process_exclusive": [verdict_json(v) for v in plan.exclusive],

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 from splitter.model import Rule
 
 
-@lru_cache(maxsize=None)
+@cache
 def compile_glob(glob: str) -> re.Pattern[str]:
     """Translate a path glob: `**` crosses `/`, `*` and `?` stay inside one segment."""
     out, index = [], 0

@@ -64,7 +64,7 @@ def safe_join(root: Path, relative: str) -> Path:
 def read_wheel(path: Path, visit: Visitor | None = None) -> WheelInfo:
     """Open `path`, verify it completely and describe it; `visit` sees each verified file."""
     try:
-        name, version, build, tags = parse_wheel_filename(path.name)
+        parse_wheel_filename(path.name)
     except InvalidWheelFilename as exc:
         raise InvalidWheel(f"not a wheel file name ({exc}): {path}") from exc
     if not path.is_file():
@@ -165,9 +165,7 @@ def _read_archive(
         requires_dist=tuple(str(r) for r in metadata.requires_dist or ()),
         provides_extra=tuple(str(e) for e in metadata.provides_extra or ()),
         console_scripts=_console_scripts(archive, infos, f"{dist_info}/entry_points.txt"),
-        license_files=tuple(
-            sorted(n for n in infos if n.startswith(f"{dist_info}/licenses/"))
-        ),
+        license_files=tuple(sorted(n for n in infos if n.startswith(f"{dist_info}/licenses/"))),
         timestamp=max(_epoch(i.date_time) for i in infos.values()),
         entries=tuple(entries),
     )
@@ -232,7 +230,9 @@ def _parse_record(
         if path in rows:
             raise InvalidWheel(f"RECORD lists a file twice (row {number}): {path}")
         if digest and not digest.startswith("sha256="):
-            raise InvalidWheel(f"RECORD row {number} uses {digest.split('=')[0]}, not sha256: {path}")
+            raise InvalidWheel(
+                f"RECORD row {number} uses {digest.split('=')[0]}, not sha256: {path}"
+            )
         try:
             rows[path] = (digest, int(size) if size else None)
         except ValueError as exc:

@@ -36,7 +36,6 @@ except ImportError:  # tests is a package
 
 pytestmark = pytest.mark.integration
 
-DEFAULT_WHEEL = Path("/work/cache/wheels/executorch-1.5.1-cp311-cp311-manylinux_2_28_x86_64.whl")
 LIBEXECUTORCH = "executorch/lib/libexecutorch.so"
 QUANTIZED_LIB = "executorch/lib/libexecutorch_kernels_quantized.so"
 
@@ -48,20 +47,6 @@ for path in sys.argv[1:]:
     print("loaded", path, flush=True)
 print("ALL-LOADED", flush=True)
 """
-
-
-def _real_wheel() -> Path:
-    wheel = Path(os.environ.get("SPLITTER_TEST_WHEEL", str(DEFAULT_WHEEL)))
-    if not wheel.is_file():
-        pytest.skip(f"real ExecuTorch wheel not found: {wheel}")
-    if not wheel.name.endswith("x86_64.whl"):
-        pytest.skip(f"dup-plugin fixture is built for x86_64 hosts: {wheel.name}")
-    return wheel
-
-
-@pytest.fixture(scope="module")
-def real_wheel() -> Path:
-    return _real_wheel()
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 from elftools.elf.relocation import RelocationSection
+from elftools.elf.sections import SymbolTableSection
 
 from splitter.errors import BinaryError
 from splitter.model import BinaryInfo
@@ -88,16 +89,22 @@ def _analyse(path: str, data: bytes) -> BinaryInfo:
     soname, needed, runpath, rpath = "", [], [], []
     dynamic = next((s for s in elf.iter_sections() if isinstance(s, DynamicSection)), None)
     if dynamic is None:
-        raise BinaryError(f"ELF file has no dynamic section (static binaries are not supported): {path}")
+        raise BinaryError(
+            f"ELF file has no dynamic section (static binaries are not supported): {path}"
+        )
     for tag in dynamic.iter_tags():
-        if tag.entry.d_tag == "DT_NEEDED":
-            needed.append(tag.needed)
-        elif tag.entry.d_tag == "DT_SONAME":
-            soname = tag.soname
-        elif tag.entry.d_tag == "DT_RUNPATH":
-            runpath = [p for p in tag.runpath.split(":") if p]
-        elif tag.entry.d_tag == "DT_RPATH":
-            rpath = [p for p in tag.rpath.split(":") if p]
+        kind = tag.entry.d_tag
+        if kind not in ("DT_NEEDED", "DT_SONAME", "DT_RUNPATH", "DT_RPATH"):
+            continue
+        value = str(vars(tag)[kind[3:].lower()])  # pyelftools sets .needed, .soname, ...
+        if kind == "DT_NEEDED":
+            needed.append(value)
+        elif kind == "DT_SONAME":
+            soname = value
+        elif kind == "DT_RUNPATH":
+            runpath = [p for p in value.split(":") if p]
+        else:
+            rpath = [p for p in value.split(":") if p]
 
     dynstr = elf.get_section_by_name(".dynstr")
     strtab = dynstr.data() if dynstr is not None else b""
@@ -122,10 +129,12 @@ def _analyse(path: str, data: bytes) -> BinaryInfo:
 
 
 def _registry_role(elf: ELFFile, strtab: bytes) -> str:
-    """"owns" if the file defines register_kernels, "uses" if it imports it, else ""."""
+    """Return "owns" if the file defines register_kernels, "uses" if it imports it, else ""."""
     if REGISTER_KERNELS not in strtab:
         return ""
     symbols = elf.get_section_by_name(".dynsym")
+    if not isinstance(symbols, SymbolTableSection):
+        return ""
     for symbol in symbols.get_symbol_by_name(REGISTER_KERNELS.decode()) or ():
         if symbol["st_shndx"] != "SHN_UNDEF":
             return "owns"

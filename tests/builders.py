@@ -1,0 +1,88 @@
+"""Build small wheels and recipes for tests from {path: bytes}; RECORD is computed here."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import zipfile
+from pathlib import Path
+
+METADATA = """Metadata-Version: 2.1
+Name: {name}
+Version: {version}
+Summary: test wheel
+"""
+WHEEL = """Wheel-Version: 1.0
+Generator: splitter-tests
+Root-Is-Purelib: false
+Tag: {tag}
+"""
+
+
+def record_hash(data: bytes) -> str:
+    """RECORD form of sha256."""
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def make_wheel(
+    directory: Path,
+    files: dict[str, bytes],
+    *,
+    name: str = "executorch",
+    version: str = "1.5.1",
+    tag: str = "cp311-cp311-manylinux_2_28_x86_64",
+    record: bool = True,
+    extra_record_rows: tuple[str, ...] = (),
+) -> Path:
+    """A valid wheel holding `files` plus generated dist-info (RECORD hashes included)."""
+    dist_info = f"{name.replace('-', '_')}-{version}.dist-info"
+    contents = dict(files)
+    contents.setdefault(
+        f"{dist_info}/METADATA", METADATA.format(name=name, version=version).encode()
+    )
+    contents.setdefault(f"{dist_info}/WHEEL", WHEEL.format(tag=tag).encode())
+    rows = [f"{p},{record_hash(d)},{len(d)}" for p, d in contents.items()]
+    rows += list(extra_record_rows)
+    rows.append(f"{dist_info}/RECORD,,")
+    if record:
+        contents[f"{dist_info}/RECORD"] = ("\n".join(rows) + "\n").encode()
+    path = directory / f"{name.replace('-', '_')}-{version}-{tag}.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for member, data in contents.items():
+            info = zipfile.ZipInfo(member, date_time=(2026, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, data)
+    return path
+
+
+def rewrite_wheel(
+    source: Path,
+    target_dir: Path,
+    *,
+    replace: dict[str, bytes] | None = None,
+    drop: tuple[str, ...] = (),
+) -> Path:
+    """Copy a real wheel with some members replaced or dropped, RECORD kept consistent."""
+    replace = replace or {}
+    target = target_dir / source.name
+    with zipfile.ZipFile(source) as src, zipfile.ZipFile(target, "w") as dst:
+        record_name = next(n for n in src.namelist() if n.endswith(".dist-info/RECORD"))
+        rows = []
+        for line in src.read(record_name).decode().splitlines():
+            path = line.split(",", 1)[0]
+            if path in drop:
+                continue
+            if path in replace:
+                line = f"{path},{record_hash(replace[path])},{len(replace[path])}"
+            rows.append(line)
+        for info in src.infolist():
+            if info.filename in drop:
+                continue
+            if info.filename == record_name:
+                dst.writestr(info, ("\n".join(rows) + "\n").encode())
+            elif info.filename in replace:
+                dst.writestr(info, replace[info.filename])
+            else:
+                dst.writestr(info, src.read(info))
+    return target

@@ -1,0 +1,91 @@
+"""Shared fixtures: the real ExecuTorch wheels, downloaded once into a cache."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).parent
+sys.path.insert(0, str(TESTS))
+
+REAL_VERSION = "1.5.1"
+
+
+def _cache() -> Path:
+    root = Path(os.environ.get("SPLITTER_CACHE") or Path.home() / ".cache" / "splitter")
+    directory = root / "wheels"
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+def _download(requirement: str, platform: str | None) -> Path:
+    directory = _cache()
+    version = requirement.split("==")[1]
+    tag = platform or "manylinux_2_28_x86_64"
+    found = directory / f"executorch-{version}-cp311-cp311-{tag}.whl"
+    if found.exists():
+        return found
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--dest",
+        str(directory),
+        requirement,
+    ]
+    if platform:
+        command += ["--platform", platform, "--python-version", "3.11"]
+    subprocess.run(command, check=True, capture_output=True)
+    assert found.exists(), f"pip did not produce {found}"
+    return found
+
+
+@pytest.fixture(scope="session")
+def real_wheel() -> Path:
+    """The real executorch 1.5.1 cp311 manylinux x86_64 wheel."""
+    override = os.environ.get("SPLITTER_TEST_WHEEL")
+    return Path(override) if override else _download(f"executorch=={REAL_VERSION}", None)
+
+
+@pytest.fixture(scope="session")
+def real_wheel_aarch64() -> Path:
+    """The real executorch 1.5.1 cp311 manylinux aarch64 wheel."""
+    return _download(f"executorch=={REAL_VERSION}", "manylinux_2_28_aarch64")
+
+
+@pytest.fixture(scope="session")
+def old_wheel() -> Path:
+    """executorch 1.4.1, which has no C++ runtime under executorch/lib."""
+    return _download("executorch==1.4.1", None)
+
+
+@pytest.fixture(scope="session")
+def unpacked_wheel(real_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real wheel unpacked once; returns the directory holding `executorch/`."""
+    root = tmp_path_factory.mktemp("unpacked")
+    with zipfile.ZipFile(real_wheel) as archive:
+        archive.extractall(root)
+    for path in (root / "executorch" / "lib").glob("*.so"):
+        path.chmod(0o755)
+    return root
+
+
+@pytest.fixture(scope="session")
+def real_plan(real_wheel: Path):  # type: ignore[no-untyped-def]
+    """The plan of the real wheel with the shipped recipe."""
+    from splitter.plan import make_plan
+    from splitter.recipe import load_recipe
+
+    return make_plan(real_wheel, load_recipe())
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", help="rewrite golden files")
