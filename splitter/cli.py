@@ -6,6 +6,7 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -16,10 +17,12 @@ from rich.table import Table
 
 from splitter.errors import SplitterError
 from splitter.fetch import resolve_input
+from splitter.layout import make_layout
 from splitter.model import Plan
 from splitter.plan import make_plan
 from splitter.recipe import load_recipe
 from splitter.report import plan_json
+from splitter.targets.tree import build_tree
 
 app = typer.Typer(
     add_completion=False,
@@ -170,3 +173,60 @@ def main() -> None:
             raise
         sys.stderr.write(f"error: {exc}\n")
         sys.exit(exc.exit_code)
+
+
+class Target(str, Enum):
+    """Output formats of `splitter build`."""
+
+    conda = "conda"
+    wheel = "wheel"
+    tree = "tree"
+
+
+@app.command()
+def build(
+    wheel: WheelArg = None,
+    target: Annotated[Target, typer.Option("--target", "-t", help="What to build.")] = Target.conda,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Output directory (default dist/<target>)."),
+    ] = None,
+    recipe: RecipeOpt = None,
+    prefix: Annotated[str, typer.Option(help="tree: install prefix.")] = "/usr/local",
+    libdir: Annotated[str, typer.Option(help="tree: library dir under the prefix.")] = "lib",
+    includedir: Annotated[str, typer.Option(help="tree: header dir under the prefix.")] = "include",
+    sitedir: Annotated[
+        str | None, typer.Option(help="tree: site-packages under the prefix (lib/pythonX.Y/...).")
+    ] = None,
+    rpath: Annotated[str, typer.Option(help="tree: 'relative' ($ORIGIN) or 'strip'.")] = "relative",
+    as_json: JsonOpt = False,
+) -> None:
+    """Build the packages of the plan for one target."""
+    result = compute_plan(wheel, recipe, not as_json)
+    out_dir = output or Path("dist") / target.value
+    with progress_bar(not as_json) as bar:
+        task = bar.add_task(f"building {target.value}", total=None) if bar else None
+
+        def report(stage: str, done: int, total: int) -> None:
+            if bar is not None and task is not None:
+                bar.update(task, completed=done, total=total or None, description=stage)
+
+        if target is Target.tree:
+            layout = make_layout(result.wheel, prefix, libdir, includedir, sitedir)
+            written = build_tree(result, out_dir, layout, rpath, report)
+        else:
+            raise SplitterError(f"--target {target.value} is not available yet")
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "target": target.value,
+                    "output": str(out_dir),
+                    "written": [str(p) for p in written],
+                },
+                indent=2,
+            )
+        )
+    else:
+        for path in written:
+            out.print(str(path))

@@ -104,6 +104,7 @@ class External:
 
     name: str
     sonames: tuple[str, ...]
+    site_dirs: tuple[str, ...]
     conda: str
     pip: str
 
@@ -188,6 +189,7 @@ class Plan:
     owners: dict[str, tuple[str, int]] = field(hash=False)  # path -> (package, rule index)
     binaries: tuple[BinaryInfo, ...]
     exclusive: tuple[Verdict, ...]
+    build_version: str  # the full version the wheel says it was built as, e.g. 1.5.1+cpu
 
     def package(self, name: str) -> PackagePlan:
         """The package called `name`."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -30,11 +31,13 @@ from splitter.selector import Selector
 from splitter.wheel import read_wheel
 
 Progress = Callable[[str, int, int], None]
+VERSION_FILE = "executorch/version.py"
 
 
 def make_plan(wheel_path: Path, recipe: Recipe, progress: Progress | None = None) -> Plan:
     """Read and verify the wheel, analyse its binaries and decide the split."""
     binaries: list[BinaryInfo] = []
+    build_version: list[str] = []
     seen = 0
 
     def visit(path: str, data: bytes) -> None:
@@ -44,6 +47,10 @@ def make_plan(wheel_path: Path, recipe: Recipe, progress: Progress | None = None
             progress("verify", seen, 0)
         if is_elf(data):
             binaries.append(analyse_elf(path, data))
+        elif path == VERSION_FILE:
+            match = re.search(rb"__version__\s*=\s*['\"]([^'\"]+)['\"]", data)
+            if match:
+                build_version.append(match.group(1).decode())
 
     wheel = read_wheel(wheel_path, visit)
     check_supported(wheel, recipe)
@@ -97,6 +104,7 @@ def make_plan(wheel_path: Path, recipe: Recipe, progress: Progress | None = None
         owners=owners,
         binaries=tuple(sorted(binaries, key=lambda b: b.path)),
         exclusive=verdicts,
+        build_version=build_version[0] if build_version else wheel.version,
     )
 
 

@@ -189,6 +189,7 @@ def _build(source: _Source, doc: dict[str, Any]) -> Recipe:
                 sonames=_strings(
                     source, _get(source, table, "sonames", list, where), f"{where}.sonames"
                 ),
+                site_dirs=_strings(source, table.get("site_dirs", []), f"{where}.site_dirs"),
                 conda=_get(source, table, "conda", str, where),
                 pip=_get(source, table, "pip", str, where),
             )

@@ -47,6 +47,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "filename": wheel.filename,
             "sha256": wheel.sha256,
         },
+        "build_version": plan.build_version,
         "recipe": plan.recipe.path.name,
         "packages": [
             {

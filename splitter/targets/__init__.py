@@ -1,0 +1,1 @@
+"""Targets: each turns a Plan into files on disk."""

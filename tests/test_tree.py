@@ -1,0 +1,289 @@
+"""The tree target on the real wheel: layout, relocation, file lists, and a real CMake consumer."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from consumer_tools import (
+    CMAKE_SPECS,
+    build_consumer,
+    cmake_executable,
+    cmake_version,
+    expected_output,
+    needed,
+    run_model,
+)
+
+import splitter.targets.stage as stage_module
+from splitter.binaries.elf import analyse_elf
+from splitter.binaries.resolve import find_unresolved
+from splitter.errors import BinaryError, SplitterError
+from splitter.layout import make_layout
+from splitter.model import Plan
+from splitter.targets.tree import build_tree
+
+pytestmark = pytest.mark.integration
+
+PACKAGES = ("executorch-runtime", "executorch-kernels-quantized", "executorch-export")
+PREFIX = "usr/local"
+SITE = "lib/python3.11/site-packages"
+QUANTIZED_MESSAGE = "install the executorch-kernels-quantized package"
+
+
+@pytest.fixture(scope="module")
+def tree(real_plan: Plan, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tree") / "out"
+    build_tree(real_plan, out, make_layout(real_plan.wheel, "/usr/local", "lib", "include", None))
+    return out
+
+
+def merge(tree: Path, target: Path, *packages: str) -> Path:
+    """Install the staged trees of `packages` into one prefix, as a package manager would."""
+    for package in packages:
+        shutil.copytree(tree / package / PREFIX, target, dirs_exist_ok=True, symlinks=True)
+    return target
+
+
+@pytest.fixture(scope="module")
+def prefixes(tree: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("prefixes")
+    return {
+        "runtime": merge(tree, root / "runtime", "executorch-runtime"),
+        "runtime+quantized": merge(
+            tree, root / "both", "executorch-runtime", "executorch-kernels-quantized"
+        ),
+    }
+
+
+def staged_files(tree: Path, package: str) -> set[str]:
+    root = tree / package
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+
+
+def test_layout(tree: Path) -> None:
+    runtime = staged_files(tree, "executorch-runtime")
+    assert f"{PREFIX}/lib/libexecutorch.so" in runtime
+    assert f"{PREFIX}/include/executorch/runtime/core/evalue.h" in runtime
+    assert f"{PREFIX}/lib/cmake/executorch/executorch-config.cmake" in runtime
+    assert f"{PREFIX}/lib/pkgconfig/executorch.pc" in runtime
+    quantized = staged_files(tree, "executorch-kernels-quantized")
+    assert quantized == {
+        f"{PREFIX}/lib/libexecutorch_kernels_quantized.so",
+        f"{PREFIX}/lib/cmake/executorch/executorch-component-kernels_quantized.cmake",
+        f"{PREFIX}/lib/pkgconfig/executorch-kernels-quantized.pc",
+    }
+    export = staged_files(tree, "executorch-export")
+    assert f"{PREFIX}/{SITE}/executorch/exir/__init__.py" in export
+    assert f"{PREFIX}/bin/flatc" in export
+    assert not any(
+        p.startswith(f"{PREFIX}/{SITE}/executorch/{d}/")
+        for p in export
+        for d in ("lib", "include", "share")
+    )
+
+
+def test_install_lists_are_complete_and_disjoint(tree: Path) -> None:
+    seen: list[str] = []
+    for package in PACKAGES:
+        listed = (tree / f"{package}.install").read_text().splitlines()
+        assert sorted(listed) == sorted(staged_files(tree, package))
+        seen += listed
+    assert len(seen) == len(set(seen))
+
+
+def test_rpm_files_and_json_manifest(tree: Path) -> None:
+    rpm = (tree / "executorch-kernels-quantized.files").read_text().splitlines()
+    assert rpm[0] == "%files -n executorch-kernels-quantized"
+    assert "/usr/local/lib/libexecutorch_kernels_quantized.so" in rpm
+    assert not any(line.startswith("%dir") for line in rpm)  # its directories are the runtime's
+    assert "%dir /usr/local/include/executorch" in (tree / "executorch-runtime.files").read_text()
+    manifest = json.loads((tree / "executorch-export.json").read_text())
+    assert {d["name"] for d in manifest["depends"]} == {
+        "executorch-runtime",
+        "executorch-kernels-quantized",
+    }
+    entry = next(f for f in manifest["files"] if f["path"].endswith("/bin/flatc"))
+    assert entry["mode"] == "0755" and len(entry["sha256"]) == 64
+    (verdict,) = manifest["process_exclusive"]
+    assert verdict["in_effect"] is False
+
+
+def test_relocated_runpaths(tree: Path) -> None:
+    files = {}
+    for package in PACKAGES:
+        for relative in staged_files(tree, package):
+            files[relative.removeprefix(PREFIX + "/")] = tree / package / relative
+    plugin = f"{SITE}/executorch/kernels/quantized/libquantized_ops_aot_lib.so"
+    info = analyse_elf(plugin, files[plugin].read_bytes())
+    assert info.rpath == ()  # DT_RUNPATH stays DT_RUNPATH
+    assert "$ORIGIN/../../../../.." in info.runpath  # site-packages/executorch/... -> lib
+    assert "$ORIGIN/../../../torch/lib" in info.runpath
+    assert not any("cuda" in e or "src/executorch" in e for e in info.runpath)
+    assert find_unresolved(files, frozenset(_allowed())) == []
+
+
+def _allowed() -> set[str]:
+    from splitter.recipe import load_recipe
+
+    recipe = load_recipe()
+    return set(recipe.system_sonames) | {s for e in recipe.externals for s in e.sonames}
+
+
+def test_broken_runpath_fails_the_build(
+    real_plan: Plan, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = stage_module.runpath_for
+
+    def broken(binary, dest, targets, ext_dirs, externals):  # type: ignore[no-untyped-def]
+        if binary.path.endswith("libexecutorch_kernels_quantized.so"):
+            return ("$ORIGIN/nowhere",)
+        return original(binary, dest, targets, ext_dirs, externals)
+
+    monkeypatch.setattr(stage_module, "runpath_for", broken)
+    out = tmp_path / "out"
+    with pytest.raises(
+        BinaryError, match=r"lib/libexecutorch_kernels_quantized\.so NEEDS libexecutorch\.so"
+    ):
+        build_tree(real_plan, out, make_layout(real_plan.wheel, "/usr", "lib", "include", None))
+    assert not out.exists() or not any(out.iterdir())
+    assert [p.name for p in tmp_path.iterdir()] == []  # no temporary directory left either
+
+
+def test_rpath_strip(real_plan: Plan, tmp_path: Path) -> None:
+    layout = make_layout(
+        real_plan.wheel, "/usr", "lib/x86_64-linux-gnu", "include", "lib/python3/dist-packages"
+    )
+    build_tree(real_plan, tmp_path / "out", layout, rpath="strip")
+    lib = (
+        tmp_path
+        / "out/executorch-runtime/usr/lib/x86_64-linux-gnu/libexecutorch_kernels_optimized.so"
+    )
+    assert analyse_elf("x", lib.read_bytes()).runpath == ()
+    c_ext = next(
+        (tmp_path / "out/executorch-export/usr/lib/python3/dist-packages").rglob("_C.*.so")
+    )
+    assert analyse_elf("x", c_ext.read_bytes()).runpath == ("$ORIGIN/../../../torch/lib",)
+    with pytest.raises(SplitterError, match="--rpath strip needs a libdir"):
+        build_tree(
+            real_plan,
+            tmp_path / "o2",
+            make_layout(real_plan.wheel, "/opt/et", "lib", "include", None),
+            rpath="strip",
+        )
+
+
+def test_pkgconfig(prefixes: dict[str, Path]) -> None:
+    pc_dir = prefixes["runtime+quantized"] / "lib" / "pkgconfig"
+    env = {"PKG_CONFIG_PATH": str(pc_dir), "PATH": "/usr/bin:/bin"}
+    if shutil.which("pkg-config") is None:
+        pytest.skip("pkg-config is not installed")
+    libs = subprocess.run(
+        ["pkg-config", "--libs", "executorch-kernels-quantized"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "-lexecutorch_kernels_quantized" in libs and "-lexecutorch" in libs
+    cflags = subprocess.run(
+        ["pkg-config", "--cflags", "executorch"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "-DC10_USING_CUSTOM_GENERATED_MACROS" in cflags
+
+
+@pytest.mark.parametrize("cmake_label", list(CMAKE_SPECS), ids=lambda v: f"cmake-{v}")
+def test_consumer_with_quantized(
+    cmake_label: str, prefixes: dict[str, Path], tmp_path: Path
+) -> None:
+    cmake = cmake_executable(cmake_label)
+    prefix = prefixes["runtime+quantized"]
+    result = build_consumer(cmake, tmp_path / "q", prefix=prefix, quantized=True)
+    assert result.returncode == 0, result.output
+    run = run_model(result.runner, tmp_path / "out.bin")
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "out.bin").read_bytes() == expected_output()
+    quantized_var = result.variable("EXECUTORCH_QUANTIZED_KERNELS_LIBRARY")
+    if cmake_version(cmake) >= (3, 28):
+        assert quantized_var == "executorch::kernels_quantized"
+    else:
+        assert re.fullmatch(
+            r"-Wl,--push-state,--no-as-needed,.*/lib/libexecutorch_kernels_quantized\.so,--pop-state",
+            quantized_var,
+        )
+    assert "libexecutorch_kernels_quantized.so" in needed(result.runner)
+
+    plain = build_consumer(cmake, tmp_path / "plain", prefix=prefix, quantized=False)
+    assert plain.returncode == 0, plain.output
+    names = needed(plain.runner)
+    assert "libexecutorch_kernels_optimized.so" in names
+    assert "libexecutorch_backend_qnn.so" in names  # upstream's pre-3.28 aggregate leaves it out
+    assert "libexecutorch_kernels_quantized.so" not in names
+    assert "Missing operator" in run_model(plain.runner, tmp_path / "o.bin").stderr
+
+
+@pytest.mark.parametrize("cmake_label", list(CMAKE_SPECS), ids=lambda v: f"cmake-{v}")
+def test_consumer_runtime_alone(
+    cmake_label: str, prefixes: dict[str, Path], tmp_path: Path
+) -> None:
+    cmake = cmake_executable(cmake_label)
+    prefix = prefixes["runtime"]
+    wanted = build_consumer(cmake, tmp_path / "q", prefix=prefix, quantized=True)
+    assert wanted.returncode != 0
+    assert QUANTIZED_MESSAGE in " ".join(wanted.output.split())
+    plain = build_consumer(cmake, tmp_path / "plain", prefix=prefix, quantized=False)
+    assert plain.returncode == 0, plain.output
+    run = run_model(plain.runner, tmp_path / "o.bin")
+    assert run.returncode != 0
+    assert "Missing operator" in run.stderr and "quantized_decomposed::" in run.stderr
+
+
+@pytest.mark.parametrize("cmake_label", ["3.25", "3.28"], ids=lambda v: f"cmake-{v}")
+def test_consumer_against_upstream_wheel(
+    cmake_label: str, unpacked_wheel: Path, tmp_path: Path
+) -> None:
+    """The same consumer project works against upstream's own config: the contract is the same."""
+    cmake = cmake_executable(cmake_label)
+    config_dir = unpacked_wheel / "executorch" / "share" / "cmake"
+    quantized = cmake_version(cmake) >= (3, 28)  # upstream refuses COMPONENTS before 3.28
+    result = build_consumer(cmake, tmp_path / "b", config_dir=config_dir, quantized=quantized)
+    assert result.returncode == 0, result.output
+    run = run_model(result.runner, tmp_path / "o.bin")
+    if quantized:
+        assert run.returncode == 0, run.stderr
+        assert (tmp_path / "o.bin").read_bytes() == expected_output()
+    else:
+        assert "Missing operator" in run.stderr
+
+
+def test_moved_prefix(prefixes: dict[str, Path], tmp_path: Path) -> None:
+    """Configure from a moved prefix, and run a program installed in <prefix>/bin after a move."""
+    cmake = cmake_executable("3.28")
+    first = tmp_path / "first"
+    shutil.copytree(prefixes["runtime+quantized"], first, symlinks=True)
+    built = build_consumer(cmake, tmp_path / "b1", prefix=first, quantized=True)
+    assert built.returncode == 0, built.output
+    (first / "bin").mkdir(exist_ok=True)
+    shutil.copy2(built.runner, first / "bin" / "runner")
+    moved = tmp_path / "elsewhere" / "prefix"
+    moved.parent.mkdir()
+    first.rename(moved)
+    run = run_model(moved / "bin" / "runner", tmp_path / "o.bin")
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "o.bin").read_bytes() == expected_output()
+    for label in ("3.24", "3.28"):
+        again = build_consumer(
+            cmake_executable(label), tmp_path / f"b-{label}", prefix=moved, quantized=True
+        )
+        assert again.returncode == 0, again.output
+        assert str(moved) in again.variable("EXECUTORCH_RUNTIME_LIBRARY_DIR")
+        run = run_model(again.runner, tmp_path / "o2.bin")
+        assert run.returncode == 0 and (tmp_path / "o2.bin").read_bytes() == expected_output()
