@@ -163,7 +163,8 @@ foreach(_executorch_dir IN LISTS EXECUTORCH_INCLUDE_DIRS)
 endforeach()
 if(NOT EXISTS "${{_executorch_runtime_library}}")
   set(executorch_NOT_FOUND_MESSAGE
-      "the runtime library is missing (${{_executorch_runtime_library}}): install {runtime_package}")
+      "the runtime library is missing (${{_executorch_runtime_library}}): "
+      "install {runtime_package}")
 endif()
 
 if(NOT executorch_NOT_FOUND_MESSAGE)
@@ -217,7 +218,8 @@ if(NOT executorch_NOT_FOUND_MESSAGE)
           INTERFACE_LINK_LIBRARIES executorch::runtime)
         if(CMAKE_SYSTEM_NAME STREQUAL "Linux")
           set_property(TARGET ${{_executorch_target}} APPEND PROPERTY INTERFACE_LINK_OPTIONS
-            ${{_executorch_rpath}} "LINKER:--push-state,--no-as-needed,${{_executorch_lib}},--pop-state")
+            ${{_executorch_rpath}}
+            "LINKER:--push-state,--no-as-needed,${{_executorch_lib}},--pop-state")
         endif()
         if(COMMAND _executorch_${{_executorch_c}}_target_hook)
           cmake_language(CALL _executorch_${{_executorch_c}}_target_hook ${{_executorch_target}})
@@ -256,7 +258,8 @@ foreach(_executorch_c IN LISTS executorch_FIND_COMPONENTS)
             "${{_executorch_provider_${{_executorch_c}}}} package")
       else()
         set(executorch_NOT_FOUND_MESSAGE
-            "component '${{_executorch_c}}' is not part of executorch ${{EXECUTORCH_BUILD_VERSION}} "
+            "component '${{_executorch_c}}' is not part of executorch "
+            "${{EXECUTORCH_BUILD_VERSION}} "
             "for this platform (known: {known})")
       endif()
       string(REPLACE ";" "" executorch_NOT_FOUND_MESSAGE "${{executorch_NOT_FOUND_MESSAGE}}")
@@ -266,6 +269,7 @@ foreach(_executorch_c IN LISTS executorch_FIND_COMPONENTS)
   endif()
 endforeach()
 if(executorch_NOT_FOUND_MESSAGE)
+  string(REPLACE ";" "" executorch_NOT_FOUND_MESSAGE "${{executorch_NOT_FOUND_MESSAGE}}")
   set(EXECUTORCH_FOUND OFF)
   set(executorch_FOUND FALSE)
 endif()

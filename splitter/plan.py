@@ -112,8 +112,8 @@ def check_supported(wheel: WheelInfo, recipe: Recipe) -> None:
     """Refuse wheels of another project or of a version the recipe does not cover."""
     if wheel.name != recipe.project:
         raise UnsupportedWheel(
-            f"not a {recipe.project} wheel (it is {wheel.name} {wheel.version}): {wheel.path}\n"
-            f"this recipe ({recipe.path.name}) splits {recipe.project} {recipe.supported}"
+            f"wheel is not {recipe.project} (it is {wheel.name} {wheel.version}; recipe "
+            f"{recipe.path.name} splits {recipe.project} {recipe.supported}): {wheel.path}"
         )
     from packaging.specifiers import SpecifierSet
 

@@ -16,6 +16,7 @@ from splitter.errors import RecipeError
 from splitter.model import Component, ExclusivePair, External, PackageSpec, Recipe, Rule
 
 DEFAULT_RECIPE = "executorch.toml"
+_HEADER = re.compile(r"^\[\[?[^\[\]]+\]\]?\s*(#.*)?$")
 
 
 def default_recipe_path() -> Path:
@@ -33,28 +34,36 @@ class _Source:
     def line(self, key_path: str) -> int:
         """Best line for `key_path` such as `rules[2].package` or `components.runtime`."""
         parts = re.findall(r"[^.\[\]]+|\[\d+\]", key_path)
-        start, header, count = 0, None, 0
-        if parts and len(parts) > 1 and parts[1].startswith("["):
-            header, count = f"[[{parts[0]}]]", int(parts[1][1:-1])
-        if header is not None:
-            seen = -1
-            for number, text in enumerate(self.lines):
-                if text.strip() == header:
-                    seen += 1
-                    if seen == count:
-                        start = number
-                        break
-            rest = parts[2:]
+        header, rest = None, parts
+        if len(parts) > 1 and parts[1].startswith("["):
+            header, rest = self._header(f"[[{parts[0]}]]", int(parts[1][1:-1])), parts[2:]
         else:
-            rest = parts
-        for number in range(start, len(self.lines)):
-            stripped = self.lines[number].strip()
-            leaf = rest[-1].strip('"') if rest else ""
-            if leaf and re.match(rf'^"?{re.escape(leaf)}"?\s*=', stripped):
-                return number + 1
-            if leaf and stripped in (f"[{'.'.join(rest)}]", f"[{rest[0]}]") and len(rest) == 1:
-                return number + 1
-        return start + 1
+            for cut in range(len(parts), 0, -1):
+                header = self._header(f"[{'.'.join(parts[:cut])}]", 0)
+                if header is not None:
+                    rest = parts[cut:]
+                    break
+        begin = 0 if header is None else header + 1
+        if rest:
+            # Stop at the next header: a key missing here must not match a later table's.
+            leaf = re.compile(rf'^"?{re.escape(rest[0])}"?\s*=')
+            for number in range(begin, len(self.lines)):
+                stripped = self.lines[number].strip()
+                if _HEADER.match(stripped):
+                    break
+                if leaf.match(stripped):
+                    return number + 1
+        return max(begin, 1)
+
+    def _header(self, header: str, nth: int) -> int | None:
+        """0-based line of the `nth` occurrence of the table header `header`."""
+        seen = -1
+        for number, text in enumerate(self.lines):
+            if text.split("#", 1)[0].strip() == header:
+                seen += 1
+                if seen == nth:
+                    return number
+        return None
 
     def error(self, key_path: str, problem: str, fix: str = "") -> RecipeError:
         """A RecipeError naming the file, line and key."""

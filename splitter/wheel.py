@@ -190,11 +190,14 @@ def _find_dist_info(path: Path, infos: dict[str, zipfile.ZipInfo]) -> str:
 
 def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
     buffer = io.BytesIO()
-    with archive.open(info) as stream:
-        while chunk := stream.read(CHUNK):
-            buffer.write(chunk)
-            if buffer.tell() > info.file_size:
-                raise InvalidWheel(f"entry inflates past its declared size: {info.filename}")
+    try:
+        with archive.open(info) as stream:
+            while chunk := stream.read(CHUNK):
+                buffer.write(chunk)
+                if buffer.tell() > info.file_size:
+                    raise InvalidWheel(f"entry inflates past its declared size: {info.filename}")
+    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+        raise InvalidWheel(f"corrupt entry in the wheel ({exc}): {info.filename}") from exc
     return buffer.getvalue()
 
 

@@ -7,7 +7,6 @@ quantized_decomposed::add.out", SIGABRT).  One file loaded twice does not.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import zipfile

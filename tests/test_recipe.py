@@ -51,11 +51,6 @@ EXPORT_SUMMARY = (
     'the _C extension and export-time plugins"\n'
 )
 ETDUMP = 'etdump = { library = "libexecutorch_etdump.so", platforms = ["manylinux_*"] }'
-LINE_BUG = (
-    "recipe.py _Source.line scans past the end of the table it starts in, so a missing key "
-    "points at the same key of a later table"
-)
-
 CASES = [
     pytest.param(
         BadRecipe(
@@ -74,7 +69,6 @@ CASES = [
             at=lambda t: line_of(t, "[[rules]]", 2),
         ),
         id="rule-without-package",
-        marks=pytest.mark.xfail(strict=True, reason=LINE_BUG),
     ),
     pytest.param(
         BadRecipe(
@@ -138,7 +132,6 @@ CASES = [
             at=lambda t: line_of(t, "[packages.executorch-export]"),
         ),
         id="package-without-summary",
-        marks=pytest.mark.xfail(strict=True, reason=LINE_BUG),
     ),
     pytest.param(
         BadRecipe(
@@ -148,9 +141,6 @@ CASES = [
             at=lambda t: line_of(t, "etdump = {"),
         ),
         id="component-without-library",
-        marks=pytest.mark.xfail(
-            strict=True, reason="recipe.py _Source.line does not find keys of inline tables"
-        ),
     ),
 ]
 

@@ -66,7 +66,8 @@ def stage(
     if rpath == "strip" and not layout.system_libdir():
         raise SplitterError(
             f"--rpath strip needs a libdir the dynamic linker searches by default, not "
-            f"{layout.prefix}/{layout.libdir}: use --prefix /usr (Debian policy) or --rpath relative"
+            f"{layout.prefix}/{layout.libdir}: use --prefix /usr (Debian policy) "
+            "or --rpath relative"
         )
     destinations = {
         path: dest
@@ -78,14 +79,14 @@ def stage(
     total = len(destinations)
     with zipfile.ZipFile(plan.wheel.path) as archive:
         for count, (path, dest) in enumerate(sorted(destinations.items()), start=1):
-            package = plan.owners[path][0]
-            real = safe_join(root_of(package), dest)
+            owner = plan.owners[path][0]
+            real = safe_join(root_of(owner), dest)
             real.parent.mkdir(parents=True, exist_ok=True)
             with archive.open(path) as source, real.open("wb") as target:
                 while chunk := source.read(1 << 20):
                     target.write(chunk)
             executable = entries[path].executable or plan.binary(path) is not None
-            staged[package].append(StagedFile(path=dest, real=real, executable=executable))
+            staged[owner].append(StagedFile(path=dest, real=real, executable=executable))
             if progress is not None and count % 200 == 0:
                 progress("stage", count, total)
 
@@ -157,7 +158,6 @@ def generated_files(
     providers = {
         c: p.name for p in plan.packages for c in p.cmake_components if c != RUNTIME_COMPONENT
     }
-    runtime_pkg = next(p.name for p in plan.packages if RUNTIME_COMPONENT in p.cmake_components)
     cmake_layout = CMakeLayout(
         to_libdir=posixpath.relpath(layout.libdir, layout.cmakedir),
         to_includedir=posixpath.relpath(layout.includedir, layout.cmakedir),
