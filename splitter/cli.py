@@ -22,6 +22,7 @@ from splitter.model import Plan
 from splitter.plan import make_plan
 from splitter.recipe import load_recipe
 from splitter.report import plan_json
+from splitter.targets.conda import DEFAULT_LEVEL, build_conda
 from splitter.targets.tree import build_tree
 
 app = typer.Typer(
@@ -199,6 +200,9 @@ def build(
         str | None, typer.Option(help="tree: site-packages under the prefix (lib/pythonX.Y/...).")
     ] = None,
     rpath: Annotated[str, typer.Option(help="tree: 'relative' ($ORIGIN) or 'strip'.")] = "relative",
+    compression_level: Annotated[
+        int, typer.Option(help="conda: zstd level (1-22).")
+    ] = DEFAULT_LEVEL,
     as_json: JsonOpt = False,
 ) -> None:
     """Build the packages of the plan for one target."""
@@ -211,7 +215,9 @@ def build(
             if bar is not None and task is not None:
                 bar.update(task, completed=done, total=total or None, description=stage)
 
-        if target is Target.tree:
+        if target is Target.conda:
+            written = build_conda(result, out_dir, compression_level, progress=report)
+        elif target is Target.tree:
             layout = make_layout(result.wheel, prefix, libdir, includedir, sitedir)
             written = build_tree(result, out_dir, layout, rpath, report)
         else:

@@ -24,6 +24,7 @@ class Layout:
     includedir: str = "include"
     sitedir: str = ""
     bindir: str = "bin"
+    interpreter: str = "/usr/bin/env python3"  # shebang of generated console scripts
 
     @property
     def cmakedir(self) -> str:

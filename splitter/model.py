@@ -33,6 +33,7 @@ class WheelInfo:
     dist_info: str
     summary: str
     license: str
+    home: str
     requires_python: str
     requires_dist: tuple[str, ...]
     provides_extra: tuple[str, ...]

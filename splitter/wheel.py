@@ -161,6 +161,7 @@ def _read_archive(
         dist_info=dist_info,
         summary=metadata.summary or "",
         license=metadata.license_expression or metadata.license or "",
+        home=(metadata.project_urls or {}).get("Homepage", "") or "",
         requires_python=str(metadata.requires_python or ""),
         requires_dist=tuple(str(r) for r in metadata.requires_dist or ()),
         provides_extra=tuple(str(e) for e in metadata.provides_extra or ()),

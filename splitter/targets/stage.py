@@ -239,7 +239,9 @@ def generated_files(
         )
     if package.python:
         for name, target in plan.wheel.console_scripts:
-            out.append((f"{layout.bindir}/{name}", console_script(target), True))
+            out.append(
+                (f"{layout.bindir}/{name}", console_script(target, layout.interpreter), True)
+            )
     return out
 
 
@@ -254,12 +256,12 @@ def _link_name(library: str) -> str:
     return stem[3:] if stem.startswith("lib") else stem
 
 
-def console_script(target: str) -> str:
+def console_script(target: str, interpreter: str) -> str:
     """A console-script launcher like pip's, for `module:function`."""
     module, _, function = target.partition(":")
     head = function.split(".")[0]
     return (
-        "#!/usr/bin/env python3\n"
+        f"#!{interpreter}\n"
         "import sys\n"
         f"from {module} import {head}\n"
         "if __name__ == '__main__':\n"

@@ -1,0 +1,205 @@
+"""`--target conda`: .conda packages assembled with rattler-build, indexed as a local channel."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+from splitter.errors import ExternalToolError, SplitterError
+from splitter.layout import Layout, default_sitedir
+from splitter.model import Plan
+from splitter.output import atomic_output
+from splitter.targets.condameta import (
+    build_string,
+    conda_depends,
+    conda_subdir,
+    exclusivity_sidecar,
+    run_exports,
+)
+from splitter.targets.stage import Progress, stage
+
+PLACEHOLDER = "/opt/anaconda1anaconda2anaconda3"
+SIDECAR = "info/splitter-process-exclusive.json"
+DEFAULT_LEVEL = 9
+
+
+def conda_layout(plan: Plan) -> Layout:
+    """The layout inside a conda prefix ($PREFIX/lib, include, lib/pythonX.Y/site-packages)."""
+    return Layout(
+        prefix="", sitedir=default_sitedir(plan.wheel), interpreter=f"{PLACEHOLDER}/bin/python"
+    )
+
+
+def build_conda(
+    plan: Plan,
+    out: Path,
+    compression_level: int = DEFAULT_LEVEL,
+    threads: int = 2,
+    progress: Progress | None = None,
+) -> list[Path]:
+    """Write OUT/<subdir>/*.conda, the channel's repodata, and the rebuild recipes; atomic."""
+    import rattler_build
+
+    if not 1 <= compression_level <= 22:
+        raise SplitterError(f"--compression-level must be 1..22 (zstd), not {compression_level}")
+    subdir = conda_subdir(plan.wheel.platform_tag)
+    layout = conda_layout(plan)
+    builds = {p.name: build_string(plan, p) for p in plan.packages}
+    timestamp = datetime.fromtimestamp(plan.wheel.timestamp, tz=timezone.utc)
+    with atomic_output(out) as build:
+        work = build.parent / "work"
+        staged = stage(plan, layout, lambda name: work / "stage" / name, "relative", progress)
+        licenses = _extract_licenses(plan, work / "licenses")
+        (build / subdir).mkdir()
+        for index, package in enumerate(plan.packages, start=1):
+            if progress is not None:
+                progress(f"assembling {package.name}", index, len(plan.packages))
+            entries = [
+                rattler_build.FileEntry.from_paths(f.real, f.path)
+                for f in staged.packages[package.name]
+            ]
+            try:
+                output = rattler_build.assemble_package(
+                    name=package.name,
+                    version=package.version,
+                    target_platform=subdir,
+                    build_string=builds[package.name],
+                    output_dir=str(build / subdir),
+                    files=entries,
+                    homepage=plan.wheel.home or None,
+                    license=plan.wheel.license or None,
+                    summary=package.summary,
+                    description=f"{package.summary}. Split by splitter from "
+                    f"{plan.wheel.filename} (sha256 {plan.wheel.sha256}).",
+                    depends=conda_depends(plan, package, builds),
+                    license_files=[str(p) for p in licenses],
+                    compression_level=compression_level,
+                    compression_threads=threads,
+                    timestamp=timestamp,
+                    detect_prefix=False,
+                )
+            except rattler_build.RattlerBuildError as exc:
+                raise ExternalToolError(
+                    f"rattler-build could not assemble {package.name}",
+                    ["assemble_package", package.name],
+                    1,
+                    str(exc),
+                ) from exc
+            sidecar = exclusivity_sidecar(plan, package)
+            extra_files = {SIDECAR: _json(sidecar)}
+            exports = run_exports(package)
+            if exports:
+                extra_files["info/run_exports.json"] = _json(exports)
+            scripts = {
+                f"{layout.bindir}/{name}"
+                for name, _ in plan.wheel.console_scripts
+                if package.python
+            }
+            rewrite_info(
+                Path(output.path),
+                extra_files,
+                {
+                    "extra": {
+                        "process_exclusive": sidecar["pairs"],
+                        "splitter": {"input": plan.wheel.filename, "sha256": plan.wheel.sha256},
+                    }
+                },
+                scripts,
+                min(compression_level, 19),
+                plan.wheel.timestamp,
+            )
+        index_channel(build)
+        written = sorted(str(p.relative_to(build)) for p in build.rglob("*") if p.is_file())
+    return [out / name for name in written]
+
+
+def _json(data: object) -> bytes:
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+
+
+def _extract_licenses(plan: Plan, directory: Path) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    with zipfile.ZipFile(plan.wheel.path) as archive:
+        for name in plan.wheel.license_files:
+            target = directory / name.rsplit("/", 1)[-1]
+            target.write_bytes(archive.read(name))
+            paths.append(target)
+    return paths
+
+
+def rewrite_info(
+    package: Path,
+    extra_files: dict[str, bytes],
+    about_update: dict[str, object],
+    text_prefix_paths: set[str],
+    level: int,
+    mtime: int,
+) -> None:
+    """Add info/ files the assembler cannot write (run_exports, sidecar, about extra, prefix
+    placeholders of entry points) by rewriting only the info archive of the .conda."""
+    import zstandard
+
+    with zipfile.ZipFile(package) as archive:
+        members = [(info, archive.read(info)) for info in archive.infolist()]
+    rebuilt = []
+    for info, data in members:
+        if info.filename.startswith("info-") and info.filename.endswith(".tar.zst"):
+            raw = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)).read()
+            files: dict[str, tuple[tarfile.TarInfo, bytes]] = {}
+            with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
+                for member in tar.getmembers():
+                    extracted = tar.extractfile(member)
+                    files[member.name] = (member, extracted.read() if extracted else b"")
+            about = json.loads(files["info/about.json"][1])
+            about.update(about_update)
+            files["info/about.json"] = (files["info/about.json"][0], _json(about))
+            paths = json.loads(files["info/paths.json"][1])
+            for entry in paths["paths"]:
+                if entry["_path"] in text_prefix_paths:
+                    entry["prefix_placeholder"] = PLACEHOLDER
+                    entry["file_mode"] = "text"
+            files["info/paths.json"] = (files["info/paths.json"][0], _json(paths))
+            for name, content in extra_files.items():
+                files[name] = (tarfile.TarInfo(name), content)
+            buffer = io.BytesIO()
+            with tarfile.open(fileobj=buffer, mode="w:", format=tarfile.PAX_FORMAT) as tar:
+                for name in sorted(files):
+                    member, content = files[name]
+                    member = tarfile.TarInfo(name)
+                    member.size, member.mtime, member.mode = len(content), mtime, 0o644
+                    member.uid = member.gid = 0
+                    member.uname = member.gname = ""
+                    tar.addfile(member, io.BytesIO(content))
+            data = zstandard.ZstdCompressor(level=level).compress(buffer.getvalue())
+        rebuilt.append((info, data))
+    with zipfile.ZipFile(package, "w") as archive:
+        for info, data in rebuilt:
+            archive.writestr(info, data)
+
+
+def index_channel(channel: Path) -> None:
+    """Write repodata.json with py-rattler, in a subprocess (index_fs can crash at exit)."""
+    code = (
+        "import asyncio, os, sys\n"
+        "from rattler.index import index_fs\n"
+        "result = index_fs(sys.argv[1], write_zst=False, write_shards=False)\n"
+        "if asyncio.iscoroutine(result):\n"
+        "    asyncio.run(result)\n"
+        "sys.stdout.flush()\n"
+        "os._exit(0)\n"
+    )
+    command = [sys.executable, "-c", code, str(channel)]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0 or not any(channel.glob("*/repodata.json")):
+        raise ExternalToolError(
+            "py-rattler could not index the channel", command, result.returncode, result.stderr
+        )
+    shutil.rmtree(channel / ".tmp", ignore_errors=True)  # index_fs's scratch directory

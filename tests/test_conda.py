@@ -1,0 +1,251 @@
+"""The conda target on the real wheel: real .conda files, a local channel, installs that work."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+import zstandard
+from conda_tools import install, torch_python
+from consumer_tools import (
+    CMAKE_SPECS,
+    MODEL,
+    build_consumer,
+    cmake_executable,
+    expected_output,
+    run_model,
+)
+
+from splitter.binaries.resolve import find_unresolved
+from splitter.layout import make_layout
+from splitter.model import Plan
+from splitter.recipe import load_recipe
+from splitter.targets.conda import build_conda
+from splitter.targets.tree import build_tree
+
+pytestmark = pytest.mark.integration
+
+RUNTIME, QUANTIZED, EXPORT = (
+    "executorch-runtime",
+    "executorch-kernels-quantized",
+    "executorch-export",
+)
+SITE = "lib/python3.11/site-packages"
+
+
+@pytest.fixture(scope="module")
+def channel(real_plan: Plan, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("conda") / "channel"
+    build_conda(real_plan, out)
+    return out
+
+
+def packages(channel: Path) -> dict[str, Path]:
+    found = {}
+    for path in sorted((channel / "linux-64").glob("*.conda")):
+        name = path.name.rsplit("-", 2)[0]
+        found[name] = path
+    return found
+
+
+def info_file(package: Path, name: str) -> bytes:
+    """One file of the package's info archive."""
+    import io
+    import tarfile
+
+    with zipfile.ZipFile(package) as archive:
+        member = next(n for n in archive.namelist() if n.startswith("info-"))
+        raw = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(archive.read(member))).read()
+    with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+        extracted = tar.extractfile(name)
+        assert extracted is not None
+        return extracted.read()
+
+
+@pytest.fixture(scope="module")
+def prefixes(channel: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("prefixes")
+    found = packages(channel)
+    sets = {
+        "runtime": [RUNTIME],
+        "runtime+quantized": [RUNTIME, QUANTIZED],
+        "all": [RUNTIME, QUANTIZED, EXPORT],
+    }
+    result = {}
+    for label, names in sets.items():
+        prefix = root / label.replace("+", "_")
+        install(prefix, [found[n] for n in names])
+        result[label] = prefix
+    return result
+
+
+def prefix_files(prefix: Path) -> set[str]:
+    return {
+        str(p.relative_to(prefix))
+        for p in prefix.rglob("*")
+        if p.is_file() and not str(p.relative_to(prefix)).startswith(("conda-meta", "CACHEDIR"))
+    }
+
+
+def test_channel_layout(channel: Path) -> None:
+    assert sorted(packages(channel)) == [EXPORT, QUANTIZED, RUNTIME]
+    repodata = json.loads((channel / "linux-64" / "repodata.json").read_text())
+    assert len(repodata["packages.conda"]) == 3
+    assert not (channel / ".tmp").exists()
+
+
+def test_reproducible(real_plan: Plan, channel: Path, tmp_path: Path) -> None:
+    os.umask(0o077)
+    try:
+        other = tmp_path / "elsewhere" / "again"
+        build_conda(real_plan, other)
+    finally:
+        os.umask(0o022)
+    for name, path in packages(channel).items():
+        again = packages(other)[name]
+        assert (
+            hashlib.sha256(path.read_bytes()).digest()
+            == hashlib.sha256(again.read_bytes()).digest()
+        ), name
+
+
+def test_metadata(channel: Path) -> None:
+    found = packages(channel)
+    index = {n: json.loads(info_file(p, "info/index.json")) for n, p in found.items()}
+    assert "__glibc >=2.28" in index[RUNTIME]["depends"]
+    assert "libstdcxx >=13" in index[RUNTIME]["depends"]
+    export = index[EXPORT]["depends"]
+    assert f"{RUNTIME} ==1.5.1 {index[RUNTIME]['build']}" in export
+    assert f"{QUANTIZED} ==1.5.1 {index[QUANTIZED]['build']}" in export
+    assert "pytorch >=2.13,<2.14" in export
+    assert "python_abi 3.11.* *_cp311" in export
+    assert "python-flatbuffers" in export and "numpy >=2.0.0" in export
+    assert not any("ethos" in d or "tosa" in d for d in export)  # extras are not run deps
+    assert json.loads(info_file(found[RUNTIME], "info/run_exports.json")) == {
+        "weak": [f"{RUNTIME} >=1.5.1,<1.5.2.0a0"]
+    }
+    for name, path in found.items():
+        sidecar = json.loads(info_file(path, "info/splitter-process-exclusive.json"))
+        about = json.loads(info_file(path, "info/about.json"))
+        assert sidecar["schema"] == "splitter.process-exclusive/1", name
+        assert about["extra"]["process_exclusive"] == sidecar["pairs"], name
+        assert info_file(path, "info/licenses/LICENSE").startswith(b"BSD License")
+
+
+def test_rattler_build_inspector(channel: Path) -> None:
+    from rattler_build import Package
+
+    for name, path in packages(channel).items():
+        package = Package.from_file(str(path))
+        assert package.name == name and str(package.version) == "1.5.1"
+        depends = [str(d) for d in package.depends]
+        if name == EXPORT:
+            assert any(d.startswith(RUNTIME) for d in depends)
+
+
+def test_sibling_dependencies_are_satisfied(channel: Path) -> None:
+    from rattler import MatchSpec, RepoDataRecord
+
+    async def records() -> list[RepoDataRecord]:
+        return [await RepoDataRecord.from_package_archive(p) for p in packages(channel).values()]
+
+    loaded = asyncio.run(records())
+    for record in loaded:
+        for spec in record.depends:
+            if spec.startswith("executorch-"):
+                assert any(MatchSpec(spec).matches(other) for other in loaded), spec
+
+
+def test_installs_land_where_the_tree_puts_them(
+    real_plan: Plan, prefixes: dict[str, Path], tmp_path: Path
+) -> None:
+    tree = tmp_path / "tree"
+    build_tree(real_plan, tree, make_layout(real_plan.wheel, "/usr/local", "lib", "include", None))
+    expected = {RUNTIME: set(), QUANTIZED: set(), EXPORT: set()}
+    for name in expected:
+        expected[name] = {
+            line.removeprefix("usr/local/")
+            for line in (tree / f"{name}.install").read_text().splitlines()
+        }
+    assert prefix_files(prefixes["runtime"]) == expected[RUNTIME]
+    assert prefix_files(prefixes["runtime+quantized"]) == expected[RUNTIME] | expected[QUANTIZED]
+    assert (
+        prefix_files(prefixes["all"]) == expected[RUNTIME] | expected[QUANTIZED] | expected[EXPORT]
+    )
+
+
+def test_needed_resolves_in_every_prefix(prefixes: dict[str, Path]) -> None:
+    recipe = load_recipe()
+    allowed = frozenset(recipe.system_sonames) | {s for e in recipe.externals for s in e.sonames}
+    for label, prefix in prefixes.items():
+        files = {p: prefix / p for p in prefix_files(prefix)}
+        assert find_unresolved(files, allowed) == [], label
+
+
+def test_entry_point(prefixes: dict[str, Path]) -> None:
+    prefix = prefixes["all"]
+    script = (prefix / "bin" / "flatc").read_text()
+    assert script.startswith(f"#!{prefix}/bin/python\n")
+    assert "from executorch.data.bin import flatc" in script
+    assert os.access(prefix / "bin" / "flatc", os.X_OK)
+
+
+@pytest.mark.parametrize("cmake_label", list(CMAKE_SPECS), ids=lambda v: f"cmake-{v}")
+def test_cpp_consumer(cmake_label: str, prefixes: dict[str, Path], tmp_path: Path) -> None:
+    cmake = cmake_executable(cmake_label)
+    result = build_consumer(
+        cmake, tmp_path / "q", prefix=prefixes["runtime+quantized"], quantized=True
+    )
+    assert result.returncode == 0, result.output
+    run = run_model(result.runner, tmp_path / "out.bin")
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "out.bin").read_bytes() == expected_output()
+    alone = build_consumer(cmake, tmp_path / "r", prefix=prefixes["runtime"], quantized=True)
+    assert alone.returncode != 0
+    assert "install the executorch-kernels-quantized package" in " ".join(alone.output.split())
+
+
+RUN_PTE = """
+import sys
+import numpy as np
+import torch
+import executorch.kernels.quantized  # loads the export plugin; a failed load is only logged
+assert hasattr(torch.ops.quantized_decomposed, "add"), "export plugin did not load"
+torch.ops.quantized_decomposed.add.out  # raises if the schema was not registered
+from executorch.runtime import Runtime
+model = sys.argv[1]
+x = np.frombuffer(open(model + "/input0.bin", "rb").read(), dtype=np.float32).reshape(2, 8)
+method = Runtime.get().load_program(model + "/model.pte").load_method("forward")
+out = method.execute([torch.from_numpy(x.copy())])
+sys.stdout.buffer.write(out[0].numpy().tobytes())
+"""
+
+
+def test_python_side_from_the_prefix(prefixes: dict[str, Path]) -> None:
+    python = torch_python()
+    prefix = prefixes["all"]
+    env = {**os.environ, "PYTHONPATH": str(prefix / SITE)}
+    env.pop("LD_LIBRARY_PATH", None)
+    result = subprocess.run(
+        [str(python), "-c", RUN_PTE, str(MODEL)], capture_output=True, env=env, check=False
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stdout == expected_output()
+    maps_check = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import torch, executorch.kernels.quantized;print(open('/proc/self/maps').read())",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    assert f"{prefix}/lib/libexecutorch_kernels_quantized.so" in maps_check.stdout
