@@ -77,7 +77,7 @@ def requires_dist_for_conda(plan: Plan) -> list[str]:
     """The wheel's Requires-Dist for its own platform and Python, in conda names."""
     major, minor = python_version(plan)
     arch = "aarch64" if plan.wheel.platform_tag.endswith("aarch64") else "x86_64"
-    env: dict[str, str] = dict(default_environment())
+    env: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
     env.update(
         {
             "python_version": f"{major}.{minor}",
