@@ -203,6 +203,9 @@ def build(
     compression_level: Annotated[
         int, typer.Option(help="conda: zstd level (1-22).")
     ] = DEFAULT_LEVEL,
+    backend: Annotated[
+        str, typer.Option(help="conda: assemble (default), rattler-build or conda-build.")
+    ] = "assemble",
     as_json: JsonOpt = False,
 ) -> None:
     """Build the packages of the plan for one target."""
@@ -216,7 +219,9 @@ def build(
                 bar.update(task, completed=done, total=total or None, description=stage)
 
         if target is Target.conda:
-            written = build_conda(result, out_dir, compression_level, progress=report)
+            written = build_conda(
+                result, out_dir, compression_level, progress=report, backend=backend
+            )
         elif target is Target.tree:
             layout = make_layout(result.wheel, prefix, libdir, includedir, sitedir)
             written = build_tree(result, out_dir, layout, rpath, report)

@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import zipfile
 from pathlib import Path
@@ -23,6 +24,7 @@ from consumer_tools import (
 )
 
 from splitter.binaries.resolve import find_unresolved
+from splitter.errors import SplitterError
 from splitter.layout import make_layout
 from splitter.model import Plan
 from splitter.recipe import load_recipe
@@ -249,3 +251,70 @@ def test_python_side_from_the_prefix(prefixes: dict[str, Path]) -> None:
         check=True,
     )
     assert f"{prefix}/lib/libexecutorch_kernels_quantized.so" in maps_check.stdout
+
+
+def paths_json(package: Path) -> dict[str, dict[str, object]]:
+    return {p["_path"]: p for p in json.loads(info_file(package, "info/paths.json"))["paths"]}
+
+
+def comparable_depends(package: Path) -> list[str]:
+    """Run dependencies with sibling build strings dropped (each route hashes its own)."""
+    depends = json.loads(info_file(package, "info/index.json"))["depends"]
+    return sorted(" ".join(d.split(" ")[:2]) if d.startswith("executorch-") else d for d in depends)
+
+
+def test_rattler_build_recipe_builds_the_same_split(
+    real_plan: Plan, channel: Path, tmp_path: Path
+) -> None:
+    """The generated v1 recipe, built for real and offline, gives the same files and depends."""
+    recipe = (channel / "recipes" / "rattler-build" / "recipe.yaml").read_text()
+    assert 'url: "https://files.pythonhosted.org/packages/cp311/e/executorch/' in recipe
+    assert f'sha256: "{real_plan.wheel.sha256}"' in recipe
+    rebuilt = tmp_path / "rebuilt"
+    build_conda(real_plan, rebuilt, backend="rattler-build")
+    assembled, built = packages(channel), packages(rebuilt)
+    assert sorted(built) == sorted(assembled)
+    for name in assembled:
+        ours, theirs = paths_json(assembled[name]), paths_json(built[name])
+        assert sorted(theirs) == sorted(ours), name
+        for path, entry in ours.items():
+            if "prefix_placeholder" not in entry and "prefix_placeholder" not in theirs[path]:
+                assert theirs[path]["sha256"] == entry["sha256"], path
+        assert comparable_depends(built[name]) == comparable_depends(assembled[name]), name
+
+
+def test_conda_build_meta_describes_the_same_outputs(channel: Path) -> None:
+    meta = (channel / "recipes" / "conda-build" / "meta.yaml").read_text()
+    for name in (RUNTIME, QUANTIZED, EXPORT):
+        assert f'- name: "{name}"' in meta
+        assert f"script: install.sh {name}" in meta
+    assert '{{ pin_subpackage("executorch-runtime", exact=True) }}' in meta
+    support = channel / "recipes" / "conda-build"
+    rattler = channel / "recipes" / "rattler-build"
+    for name in (RUNTIME, QUANTIZED, EXPORT):
+        assert (support / name / "files.tsv").read_bytes() == (
+            rattler / name / "files.tsv"
+        ).read_bytes()
+
+
+HAS_CONDA_BUILD = shutil.which("conda-build") is not None
+
+
+@pytest.mark.skipif(
+    HAS_CONDA_BUILD, reason="conda-build is installed; the missing case cannot occur"
+)
+def test_conda_build_backend_missing(real_plan: Plan, tmp_path: Path) -> None:
+    with pytest.raises(SplitterError, match="needs a conda-build executable on PATH"):
+        build_conda(real_plan, tmp_path / "cb", backend="conda-build")
+    assert not (tmp_path / "cb").exists()
+
+
+@pytest.mark.skipif(
+    not HAS_CONDA_BUILD, reason="conda-build is not installed here (no conda channel is reachable)"
+)
+def test_conda_build_backend(real_plan: Plan, channel: Path, tmp_path: Path) -> None:
+    build_conda(real_plan, tmp_path / "cb", backend="conda-build")
+    built = packages(tmp_path / "cb")
+    assert sorted(built) == sorted(packages(channel))
+    for name, package in built.items():
+        assert sorted(paths_json(package)) == sorted(paths_json(packages(channel)[name]))

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import zipfile
 from datetime import datetime, timezone
@@ -23,7 +25,8 @@ from splitter.targets.condameta import (
     exclusivity_sidecar,
     run_exports,
 )
-from splitter.targets.stage import Progress, stage
+from splitter.targets.recipes import source_url, write_recipes
+from splitter.targets.stage import Progress, Staged, stage
 
 PLACEHOLDER = "/opt/anaconda1anaconda2anaconda3"
 SIDECAR = "info/splitter-process-exclusive.json"
@@ -37,87 +40,163 @@ def conda_layout(plan: Plan) -> Layout:
     )
 
 
+BACKENDS = ("assemble", "rattler-build", "conda-build")
+
+
 def build_conda(
     plan: Plan,
     out: Path,
     compression_level: int = DEFAULT_LEVEL,
     threads: int = 2,
     progress: Progress | None = None,
+    backend: str = "assemble",
 ) -> list[Path]:
-    """Write OUT/<subdir>/*.conda, the channel's repodata, and the rebuild recipes; atomic."""
-    import rattler_build
+    """Write OUT/<subdir>/*.conda, the channel's repodata, and the rebuild recipes; atomic.
 
+    `assemble` (default) packages the staged trees with rattler-build's assembler and is
+    byte-reproducible; `rattler-build` and `conda-build` build the generated recipes instead,
+    from the local wheel, as a packager's own infrastructure would.
+    """
+    if backend not in BACKENDS:
+        raise SplitterError(f"--backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    if backend == "conda-build" and shutil.which("conda-build") is None:
+        raise SplitterError(
+            "--backend conda-build needs a conda-build executable on PATH (none found): "
+            "install conda-build, or use --backend assemble or rattler-build"
+        )
     if not 1 <= compression_level <= 22:
         raise SplitterError(f"--compression-level must be 1..22 (zstd), not {compression_level}")
     subdir = conda_subdir(plan.wheel.platform_tag)
     layout = conda_layout(plan)
     builds = {p.name: build_string(plan, p) for p in plan.packages}
-    timestamp = datetime.fromtimestamp(plan.wheel.timestamp, tz=timezone.utc)
     with atomic_output(out) as build:
         work = build.parent / "work"
         staged = stage(plan, layout, lambda name: work / "stage" / name, "relative", progress)
-        licenses = _extract_licenses(plan, work / "licenses")
+        write_recipes(plan, staged, build / "recipes", builds)
         (build / subdir).mkdir()
-        for index, package in enumerate(plan.packages, start=1):
-            if progress is not None:
-                progress(f"assembling {package.name}", index, len(plan.packages))
-            entries = [
-                rattler_build.FileEntry.from_paths(f.real, f.path)
-                for f in staged.packages[package.name]
-            ]
-            try:
-                output = rattler_build.assemble_package(
-                    name=package.name,
-                    version=package.version,
-                    target_platform=subdir,
-                    build_string=builds[package.name],
-                    output_dir=str(build / subdir),
-                    files=entries,
-                    homepage=plan.wheel.home or None,
-                    license=plan.wheel.license or None,
-                    summary=package.summary,
-                    description=f"{package.summary}. Split by splitter from "
-                    f"{plan.wheel.filename} (sha256 {plan.wheel.sha256}).",
-                    depends=conda_depends(plan, package, builds),
-                    license_files=[str(p) for p in licenses],
-                    compression_level=compression_level,
-                    compression_threads=threads,
-                    timestamp=timestamp,
-                    detect_prefix=False,
-                )
-            except rattler_build.RattlerBuildError as exc:
-                raise ExternalToolError(
-                    f"rattler-build could not assemble {package.name}",
-                    ["assemble_package", package.name],
-                    1,
-                    str(exc),
-                ) from exc
-            sidecar = exclusivity_sidecar(plan, package)
-            extra_files = {SIDECAR: _json(sidecar)}
-            exports = run_exports(package)
-            if exports:
-                extra_files["info/run_exports.json"] = _json(exports)
-            scripts = {
-                f"{layout.bindir}/{name}"
-                for name, _ in plan.wheel.console_scripts
-                if package.python
-            }
-            rewrite_info(
-                Path(output.path),
-                extra_files,
-                {
-                    "extra": {
-                        "process_exclusive": sidecar["pairs"],
-                        "splitter": {"input": plan.wheel.filename, "sha256": plan.wheel.sha256},
-                    }
-                },
-                scripts,
-                min(compression_level, 19),
-                plan.wheel.timestamp,
+        if backend == "assemble":
+            assemble_all(
+                plan, staged, build / subdir, builds, work, compression_level, threads, progress
             )
+        else:
+            build_recipe(plan, build / "recipes", backend, build / subdir, work)
         index_channel(build)
         written = sorted(str(p.relative_to(build)) for p in build.rglob("*") if p.is_file())
     return [out / name for name in written]
+
+
+def assemble_all(
+    plan: Plan,
+    staged: Staged,
+    directory: Path,
+    builds: dict[str, str],
+    work: Path,
+    compression_level: int,
+    threads: int,
+    progress: Progress | None,
+) -> None:
+    """One .conda per package with rattler-build's assembler, then the info additions."""
+    import rattler_build
+
+    layout = staged.layout
+    timestamp = datetime.fromtimestamp(plan.wheel.timestamp, tz=timezone.utc)
+    licenses = _extract_licenses(plan, work / "licenses")
+    for index, package in enumerate(plan.packages, start=1):
+        if progress is not None:
+            progress(f"assembling {package.name}", index, len(plan.packages))
+        entries = [
+            rattler_build.FileEntry.from_paths(f.real, f.path)
+            for f in staged.packages[package.name]
+        ]
+        try:
+            output = rattler_build.assemble_package(
+                name=package.name,
+                version=package.version,
+                target_platform=directory.name,
+                build_string=builds[package.name],
+                output_dir=str(directory),
+                files=entries,
+                homepage=plan.wheel.home or None,
+                license=plan.wheel.license or None,
+                summary=package.summary,
+                description=f"{package.summary}. Split by splitter from "
+                f"{plan.wheel.filename} (sha256 {plan.wheel.sha256}).",
+                depends=conda_depends(plan, package, builds),
+                license_files=[str(p) for p in licenses],
+                compression_level=compression_level,
+                compression_threads=threads,
+                timestamp=timestamp,
+                detect_prefix=False,
+            )
+        except rattler_build.RattlerBuildError as exc:
+            raise ExternalToolError(
+                f"rattler-build could not assemble {package.name}",
+                ["assemble_package", package.name],
+                1,
+                str(exc),
+            ) from exc
+        sidecar = exclusivity_sidecar(plan, package)
+        extra_files = {SIDECAR: _json(sidecar)}
+        exports = run_exports(package)
+        if exports:
+            extra_files["info/run_exports.json"] = _json(exports)
+        scripts = {
+            f"{layout.bindir}/{name}" for name, _ in plan.wheel.console_scripts if package.python
+        }
+        rewrite_info(
+            Path(output.path),
+            extra_files,
+            {
+                "extra": {
+                    "process_exclusive": sidecar["pairs"],
+                    "splitter": {"input": plan.wheel.filename, "sha256": plan.wheel.sha256},
+                }
+            },
+            scripts,
+            min(compression_level, 19),
+            plan.wheel.timestamp,
+        )
+
+
+def build_recipe(plan: Plan, recipes: Path, backend: str, directory: Path, work: Path) -> None:
+    """Build the generated recipe offline, with the local wheel as its source."""
+    source = work / f"recipe-{backend}"
+    shutil.copytree(recipes / backend, source)
+    name = "recipe.yaml" if backend == "rattler-build" else "meta.yaml"
+    text = (source / name).read_text()
+    text = text.replace(f'url: "{source_url(plan)}"', f'url: "{plan.wheel.path.as_uri()}"')
+    (source / name).write_text(text)
+    scripts = sysconfig.get_path("scripts")
+    env = {**os.environ, "PATH": f"{scripts}{os.pathsep}{os.environ.get('PATH', '')}"}
+    if backend == "rattler-build":
+        code = (
+            "import sys\n"
+            "from rattler_build import Stage0Recipe\n"
+            "Stage0Recipe.from_file(sys.argv[1]).run_build(output_dir=sys.argv[2], channels=[],"
+            " no_include_recipe=True)\n"
+        )
+        command = [sys.executable, "-c", code, str(source / name), str(work / "rattler-out")]
+        built = work / "rattler-out" / directory.name
+    else:
+        command = [
+            "conda-build",
+            str(source),
+            "--output-folder",
+            str(work / "cb-out"),
+            "--no-anaconda-upload",
+            "--override-channels",
+        ]
+        built = work / "cb-out" / directory.name
+    result = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
+    if result.returncode != 0:
+        raise ExternalToolError(
+            f"{backend} could not build the generated recipe",
+            command,
+            result.returncode,
+            result.stderr + result.stdout,
+        )
+    for package in sorted(built.glob("*.conda")) + sorted(built.glob("*.tar.bz2")):
+        shutil.copy2(package, directory / package.name)
 
 
 def _json(data: object) -> bytes:
