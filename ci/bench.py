@@ -17,6 +17,15 @@ import time
 from pathlib import Path
 
 PY = sys.executable
+# Unzip, then one zstd-compressed tar per package payload, as a packager would at the minimum.
+FLOOR = (
+    "set -e; cd {dir}; rm -rf w ./*.zst; unzip -q {wheel} -d w; "
+    "tar -C w -cf - executorch/lib/libexecutorch_kernels_quantized.so | zstd -q -{level} -T2 -o q.tar.zst; "
+    "rm w/executorch/lib/libexecutorch_kernels_quantized.so; "
+    "tar -C w -cf - executorch/lib executorch/include | zstd -q -{level} -T2 -o r.tar.zst; "
+    "rm -r w/executorch/lib w/executorch/include; "
+    "tar -C w -cf - . | zstd -q -{level} -T2 -o e.tar.zst"
+)
 
 
 def run(command: list[str], cwd: Path | None = None) -> tuple[float, float]:
@@ -56,6 +65,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("wheel", nargs="?", default="executorch==1.5.1")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--level", type=int, default=9, help="zstd level for conda and the floor")
     args = parser.parse_args()
     wheel = args.wheel
     if not wheel.endswith(".whl"):
@@ -73,6 +83,31 @@ def main() -> None:
     row("unzip (baseline)", unzip, None, "", "")
     plan = best([PY, "-m", "splitter", "-q", "plan", wheel, "--json"], args.repeat)
     row("splitter plan --json", plan, listing, "list", "well under 2 s, < 200 MB")
+    with tempfile.TemporaryDirectory() as scratch:
+        floor = best(
+            ["bash", "-c", FLOOR.format(wheel=wheel, level=args.level, dir=scratch)], args.repeat
+        )
+    row(f"floor: unzip + tar|zstd -{args.level} -T2", floor, None, "", "")
+    for target in ("conda", "tree"):
+        with tempfile.TemporaryDirectory() as scratch:
+            command = [
+                PY,
+                "-m",
+                "splitter",
+                "-q",
+                "build",
+                wheel,
+                "--target",
+                target,
+                "-o",
+                f"{scratch}/out",
+            ]
+            if target == "conda":
+                command += ["--compression-level", str(args.level)]
+            measured = best(command, args.repeat)
+        base, label = (floor, "floor") if target == "conda" else (unzip, "unzip")
+        target_text = "<= 1.5x floor, < 200 MB" if target == "conda" else "< 200 MB"
+        row(f"splitter build --target {target}", measured, base, label, target_text)
 
 
 if __name__ == "__main__":

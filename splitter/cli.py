@@ -24,6 +24,7 @@ from splitter.recipe import load_recipe
 from splitter.report import plan_json
 from splitter.targets.conda import DEFAULT_LEVEL, build_conda
 from splitter.targets.tree import build_tree
+from splitter.targets.wheel import build_wheels
 
 app = typer.Typer(
     add_completion=False,
@@ -222,6 +223,8 @@ def build(
             written = build_conda(
                 result, out_dir, compression_level, progress=report, backend=backend
             )
+        elif target is Target.wheel:
+            written = build_wheels(result, out_dir, report)
         elif target is Target.tree:
             layout = make_layout(result.wheel, prefix, libdir, includedir, sitedir)
             written = build_tree(result, out_dir, layout, rpath, report)

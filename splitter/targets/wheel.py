@@ -1,0 +1,208 @@
+"""`--target wheel`: three pip-installable wheels that keep upstream's `executorch/` layout.
+
+Nothing moves, so the `$ORIGIN`-relative RUNPATHs stay valid and no binary is touched. The
+runtime and quantized wheels hold no Python code and no CPython extension: they are tagged
+`py3-none-<platform>`. The export wheel keeps the input's tag, Requires-Dist, extras and
+console scripts.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import stat
+import zipfile
+from pathlib import Path
+
+from packaging.metadata import Metadata, RawMetadata
+from packaging.utils import canonicalize_name
+
+from splitter.cmake import (
+    CONFIG,
+    FRAGMENT,
+    RUNTIME_COMPONENT,
+    VERSION,
+    CMakeLayout,
+    render_config,
+    render_fragment,
+    render_version,
+)
+from splitter.model import PackagePlan, Plan
+from splitter.output import atomic_output
+from splitter.targets.condameta import exclusivity_sidecar
+from splitter.targets.stage import Progress, library_names
+
+# Upstream installs its config in both places; the core finds the package root relative to it.
+CMAKE_DIRS = {
+    "executorch/share/cmake": CMakeLayout(
+        to_libdir="../../lib", to_includedir="../../include", libdir_from_bindir="../lib"
+    ),
+    "executorch/lib/cmake/executorch": CMakeLayout(
+        to_libdir="../..", to_includedir="../../../include", libdir_from_bindir="../lib"
+    ),
+}
+UPSTREAM_CMAKE = ("executorch/share/cmake/", "executorch/lib/cmake/")
+SIDECAR = "splitter-process-exclusive.json"
+FIELD_NAMES = {
+    "metadata-version": "Metadata-Version",
+    "project-url": "Project-URL",
+    "requires-python": "Requires-Python",
+    "description-content-type": "Description-Content-Type",
+    "license-expression": "License-Expression",
+}
+
+
+def build_wheels(plan: Plan, out: Path, progress: Progress | None = None) -> list[Path]:
+    """Write OUT/<name>-<version>-<tag>.whl for each package; atomic and reproducible."""
+    written = []
+    with atomic_output(out) as build, zipfile.ZipFile(plan.wheel.path) as source:
+        for index, package in enumerate(plan.packages, start=1):
+            if progress is not None:
+                progress(f"wheel {package.name}", index, len(plan.packages))
+            files = payload(plan, package, source)
+            path = write_wheel(plan, package, files, build)
+            written.append(out / path.name)
+    return written
+
+
+def wheel_tag(plan: Plan, package: PackagePlan) -> str:
+    """py3-none-<platform> for packages without Python code, else the input's tag."""
+    return plan.wheel.tag if package.python else f"py3-none-{plan.wheel.platform_tag}"
+
+
+def dist_name(package: PackagePlan) -> str:
+    """The distribution name as it appears in file names (executorch_runtime)."""
+    return canonicalize_name(package.name).replace("-", "_")
+
+
+def payload(
+    plan: Plan, package: PackagePlan, source: zipfile.ZipFile
+) -> dict[str, tuple[bytes, bool]]:
+    """Archive path -> (bytes, executable) for the package's files, generated config included."""
+    entries = {e.path: e for e in plan.wheel.entries}
+    files: dict[str, tuple[bytes, bool]] = {}
+    for path in package.files:
+        if path.startswith(UPSTREAM_CMAKE) or path.startswith(f"{plan.wheel.dist_info}/"):
+            continue
+        executable = entries[path].executable or plan.binary(path) is not None
+        files[path] = (source.read(path), executable)
+    libraries = library_names(plan)
+    providers = {
+        c: p.name for p in plan.packages for c in p.cmake_components if c != RUNTIME_COMPONENT
+    }
+    for directory, layout in CMAKE_DIRS.items():
+        for component in package.cmake_components:
+            if component == RUNTIME_COMPONENT:
+                files[f"{directory}/{CONFIG}"] = (
+                    render_config(
+                        build_version=plan.build_version,
+                        runtime_library=libraries[component],
+                        runtime_package=package.name,
+                        providers=providers,
+                        layout=layout,
+                    ).encode(),
+                    False,
+                )
+                files[f"{directory}/{VERSION}"] = (
+                    render_version(plan.wheel.version, plan.build_version).encode(),
+                    False,
+                )
+            else:
+                files[f"{directory}/{FRAGMENT.format(name=component)}"] = (
+                    render_fragment(component, libraries[component], package.name).encode(),
+                    False,
+                )
+    return files
+
+
+def metadata(plan: Plan, package: PackagePlan) -> bytes:
+    """METADATA written with packaging's own tooling."""
+    requires = [f"{d.name}=={d.version}" for d in package.depends]
+    requires += [d.pip for d in package.externals]
+    raw: RawMetadata = {
+        "metadata_version": "2.4",
+        "name": package.name,
+        "version": package.version,
+        "summary": package.summary,
+        "description": (
+            f"{package.summary}.\n\nSplit by splitter from {plan.wheel.filename} "
+            f"(sha256 {plan.wheel.sha256}). executorch {plan.wheel.version} was built against "
+            "torch 2.13 but does not say so in its Requires-Dist; the export wheel does.\n"
+        ),
+        "description_content_type": "text/plain",
+        "license_expression": plan.wheel.license,
+        "license_files": [name.rsplit("/", 1)[-1] for name in plan.wheel.license_files],
+        "project_urls": {"Homepage": plan.wheel.home} if plan.wheel.home else {},
+    }
+    if package.python:
+        requires += list(plan.wheel.requires_dist)
+        raw["provides_extra"] = list(plan.wheel.provides_extra)
+        if plan.wheel.requires_python:
+            raw["requires_python"] = plan.wheel.requires_python
+    if requires:
+        raw["requires_dist"] = requires
+    message = Metadata.from_raw(raw).as_rfc822()
+    # packaging writes field names in lower case; twine's pkginfo only reads the spec's spelling.
+    lines = [f"{FIELD_NAMES.get(k, k.title())}: {v}" for k, v in message.items()]
+    return ("\n".join(lines) + "\n\n" + str(message.get_payload())).encode()
+
+
+def write_wheel(
+    plan: Plan, package: PackagePlan, files: dict[str, tuple[bytes, bool]], directory: Path
+) -> Path:
+    """A reproducible wheel: sorted entries, fixed timestamps and modes, RECORD last."""
+    tag = wheel_tag(plan, package)
+    name = dist_name(package)
+    dist_info = f"{name}-{package.version}.dist-info"
+    with zipfile.ZipFile(plan.wheel.path) as source:
+        licenses = {
+            f"{dist_info}/licenses/{p.rsplit('/', 1)[-1]}": (source.read(p), False)
+            for p in plan.wheel.license_files
+        }
+        top_level = f"{plan.wheel.dist_info}/top_level.txt"
+        if package.python and top_level in source.namelist():
+            licenses[f"{dist_info}/top_level.txt"] = (source.read(top_level), False)
+    meta = {
+        **licenses,
+        f"{dist_info}/METADATA": (metadata(plan, package), False),
+        f"{dist_info}/WHEEL": (
+            f"Wheel-Version: 1.0\nGenerator: splitter\nRoot-Is-Purelib: false\nTag: {tag}\n".encode(),
+            False,
+        ),
+        f"{dist_info}/{SIDECAR}": (
+            (
+                json.dumps(exclusivity_sidecar(plan, package), indent=2, sort_keys=True) + "\n"
+            ).encode(),
+            False,
+        ),
+    }
+    if package.python and plan.wheel.console_scripts:
+        lines = ["[console_scripts]"] + [f"{k} = {v}" for k, v in plan.wheel.console_scripts]
+        meta[f"{dist_info}/entry_points.txt"] = (("\n".join(lines) + "\n").encode(), False)
+    ordered = sorted(files.items()) + sorted(meta.items())
+    record = [f"{path},{_hash(data)},{len(data)}" for path, (data, _) in ordered]
+    record.append(f"{dist_info}/RECORD,,")
+    ordered.append((f"{dist_info}/RECORD", (("\n".join(record) + "\n").encode(), False)))
+    path = directory / f"{name}-{package.version}-{tag}.whl"
+    date_time = _zip_time(plan.wheel.timestamp)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as archive:
+        for member, (data, executable) in ordered:
+            info = zipfile.ZipInfo(member, date_time=date_time)
+            info.external_attr = (stat.S_IFREG | (0o755 if executable else 0o644)) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.create_system = 3
+            archive.writestr(info, data)
+    return path
+
+
+def _hash(data: bytes) -> str:
+    digest = hashlib.sha256(data).digest()
+    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def _zip_time(epoch: int) -> tuple[int, int, int, int, int, int]:
+    import time
+
+    parts = time.gmtime(max(epoch, 315532800))  # zip cannot store dates before 1980
+    return (parts.tm_year, parts.tm_mon, parts.tm_mday, parts.tm_hour, parts.tm_min, parts.tm_sec)

@@ -1,0 +1,242 @@
+"""The wheel target on the real wheel: pip installs, a C++ consumer, the Python side, checkers."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from consumer_tools import (
+    CMAKE_SPECS,
+    MODEL,
+    build_consumer,
+    cache_root,
+    cmake_executable,
+    expected_output,
+    run_model,
+)
+
+from splitter.model import Plan
+from splitter.targets.wheel import build_wheels
+
+pytestmark = pytest.mark.integration
+
+SITE = "lib/python3.11/site-packages"
+
+
+@pytest.fixture(scope="module")
+def wheels(real_plan: Plan, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("wheels") / "out"
+    paths = build_wheels(real_plan, out)
+    return {p.name.split("-")[0].replace("_", "-"): p for p in paths}
+
+
+def venv(path: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    return path / "bin" / "python"
+
+
+def pip(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [str(python), "-m", "pip", "--disable-pip-version-check", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def record(wheel: Path) -> set[str]:
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/RECORD"))
+        return {line.split(",")[0] for line in archive.read(name).decode().splitlines() if line}
+
+
+def test_names_and_tags(wheels: dict[str, Path]) -> None:
+    assert sorted(p.name for p in wheels.values()) == [
+        "executorch_export-1.5.1-cp311-cp311-manylinux_2_28_x86_64.whl",
+        "executorch_kernels_quantized-1.5.1-py3-none-manylinux_2_28_x86_64.whl",
+        "executorch_runtime-1.5.1-py3-none-manylinux_2_28_x86_64.whl",
+    ]
+
+
+def test_layout_and_disjoint_files(wheels: dict[str, Path]) -> None:
+    runtime, quantized, export = (
+        record(wheels[n])
+        for n in ("executorch-runtime", "executorch-kernels-quantized", "executorch-export")
+    )
+    assert "executorch/lib/libexecutorch.so" in runtime
+    assert "executorch/share/cmake/executorch-config.cmake" in runtime
+    assert "executorch/lib/cmake/executorch/executorch-config.cmake" in runtime
+    assert "executorch/lib/libexecutorch_kernels_quantized.so" in quantized
+    assert "executorch/share/cmake/executorch-component-kernels_quantized.cmake" in quantized
+    assert not any(p.endswith(".py") for p in runtime | quantized)
+    assert "executorch/exir/__init__.py" in export
+    assert not any(p.startswith(("executorch/lib/", "executorch/include/")) for p in export)
+    assert not runtime & quantized and not runtime & export and not quantized & export
+
+
+def test_reproducible(real_plan: Plan, wheels: dict[str, Path], tmp_path: Path) -> None:
+    again = {p.name: p for p in build_wheels(real_plan, tmp_path / "again")}
+    for path in wheels.values():
+        assert (
+            hashlib.sha256(path.read_bytes()).hexdigest()
+            == hashlib.sha256(again[path.name].read_bytes()).hexdigest()
+        ), path.name
+
+
+def test_checkers_accept_the_wheels(wheels: dict[str, Path]) -> None:
+    paths = [str(p) for p in wheels.values()]
+    twine = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", *paths],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert twine.returncode == 0, twine.stdout + twine.stderr
+    checker = shutil.which("check-wheel-contents") or str(
+        Path(sys.executable).parent / "check-wheel-contents"
+    )
+    # W002 (duplicate files): the two copies of the CMake config are upstream's layout, on purpose.
+    # W004 (module not at an importable path): upstream's own third-party/ trees, which the
+    # input wheel ships too; the export wheel carries them unchanged.
+    contents = subprocess.run(
+        [checker, "--ignore", "W002,W004", *paths], capture_output=True, text=True, check=False
+    )
+    assert contents.returncode == 0, contents.stdout + contents.stderr
+    no_python = [str(wheels[n]) for n in ("executorch-runtime", "executorch-kernels-quantized")]
+    strict = subprocess.run(
+        [checker, "--ignore", "W002", *no_python], capture_output=True, text=True, check=False
+    )
+    assert strict.returncode == 0, strict.stdout  # W004 cannot excuse anything in these two
+
+
+@pytest.fixture(scope="module")
+def cpp_venv(wheels: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Fresh venvs without torch: runtime alone, and runtime + kernels-quantized."""
+    root = tmp_path_factory.mktemp("venvs")
+    alone = venv(root / "alone")
+    pip(alone, "install", "--no-index", str(wheels["executorch-runtime"]))
+    both = venv(root / "both")
+    pip(
+        both,
+        "install",
+        "--no-index",
+        str(wheels["executorch-runtime"]),
+        str(wheels["executorch-kernels-quantized"]),
+    )
+    result = subprocess.run([str(both), "-c", "import torch"], capture_output=True, check=False)
+    assert result.returncode != 0  # really no torch
+    return {
+        "runtime": root / "alone" / SITE / "executorch",
+        "runtime+quantized": root / "both" / SITE / "executorch",
+    }
+
+
+@pytest.mark.parametrize("cmake_label", list(CMAKE_SPECS), ids=lambda v: f"cmake-{v}")
+def test_cpp_consumer_against_site_packages(
+    cmake_label: str, cpp_venv: dict[str, Path], tmp_path: Path
+) -> None:
+    cmake = cmake_executable(cmake_label)
+    package = cpp_venv["runtime+quantized"]
+    built = build_consumer(
+        cmake, tmp_path / "q", config_dir=package / "share" / "cmake", quantized=True
+    )
+    assert built.returncode == 0, built.output
+    run = run_model(built.runner, tmp_path / "o.bin")
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "o.bin").read_bytes() == expected_output()
+    # A plain CMAKE_PREFIX_PATH at the package root finds lib/cmake/executorch too.
+    found = build_consumer(cmake, tmp_path / "p", prefix=package, quantized=True)
+    assert found.returncode == 0, found.output
+    alone = build_consumer(
+        cmake, tmp_path / "a", config_dir=cpp_venv["runtime"] / "share" / "cmake", quantized=True
+    )
+    assert alone.returncode != 0
+    assert "install the executorch-kernels-quantized package" in " ".join(alone.output.split())
+
+
+def export_venv(wheels: dict[str, Path]) -> Path:
+    """A cached venv holding torch 2.13.0 and every other requirement of the export wheel."""
+    root = cache_root() / "export-venv-1.5.1"
+    python = root / "bin" / "python"
+    marker = root / ".complete"
+    if not marker.exists():
+        venv(root)
+        from packaging.metadata import Metadata
+
+        with zipfile.ZipFile(wheels["executorch-export"]) as archive:
+            name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+            meta = Metadata.from_email(archive.read(name).decode(), validate=False)
+        requirements = [
+            str(r)
+            for r in meta.requires_dist or []
+            if not r.name.startswith("executorch") and r.name != "torch"
+        ]
+        pip(python, "install", "--quiet", "torch==2.13.0", *requirements)
+        marker.write_text("ok\n")
+    return python
+
+
+RUN_PTE = """
+import sys
+import numpy as np
+import torch
+import executorch.kernels.quantized
+assert hasattr(torch.ops.quantized_decomposed, "add"), "export plugin did not load"
+torch.ops.quantized_decomposed.add.out
+from executorch.runtime import Runtime
+model = sys.argv[1]
+x = np.frombuffer(open(model + "/input0.bin", "rb").read(), dtype=np.float32).reshape(2, 8)
+method = Runtime.get().load_program(model + "/model.pte").load_method("forward")
+sys.stdout.buffer.write(method.execute([torch.from_numpy(x.copy())])[0].numpy().tobytes())
+"""
+
+
+def site_files(python: Path) -> dict[str, str]:
+    site = python.parent.parent / SITE
+    return {
+        str(p.relative_to(site)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in (site / "executorch").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+
+
+def test_python_side_pip_check_and_uninstall(wheels: dict[str, Path]) -> None:
+    python = export_venv(wheels)
+    for name in ("executorch-export", "executorch-kernels-quantized", "executorch-runtime"):
+        subprocess.run(
+            [str(python), "-m", "pip", "uninstall", "-y", name], capture_output=True, check=False
+        )
+    pip(
+        python,
+        "install",
+        "--no-deps",
+        str(wheels["executorch-runtime"]),
+        str(wheels["executorch-kernels-quantized"]),
+    )
+    before = site_files(python)
+    pip(python, "install", "--no-deps", str(wheels["executorch-export"]))
+    after = site_files(python)
+    assert {k: v for k, v in after.items() if k in before} == before  # nothing overwritten
+    pip(python, "check")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LD_LIBRARY_PATH")}
+    run = subprocess.run(
+        [str(python), "-c", RUN_PTE, str(MODEL)], capture_output=True, env=env, check=False
+    )
+    assert run.returncode == 0, run.stderr.decode()
+    assert run.stdout == expected_output()
+    for name in ("executorch-export", "executorch-kernels-quantized", "executorch-runtime"):
+        owned = {p for p in record(wheels[name]) if p.startswith("executorch/")}
+        present = set(site_files(python))
+        assert owned <= present, name
+        pip(python, "uninstall", "-y", name)
+        remaining = set(site_files(python))
+        assert not owned & remaining, name
+        assert remaining == present - owned, name
