@@ -20,7 +20,8 @@ PY = sys.executable
 # Unzip, then one zstd-compressed tar per package payload, as a packager would at the minimum.
 FLOOR = (
     "set -e; cd {dir}; rm -rf w ./*.zst; unzip -q {wheel} -d w; "
-    "tar -C w -cf - executorch/lib/libexecutorch_kernels_quantized.so | zstd -q -{level} -T2 -o q.tar.zst; "
+    "tar -C w -cf - executorch/lib/libexecutorch_kernels_quantized.so"
+    " | zstd -q -{level} -T2 -o q.tar.zst; "
     "rm w/executorch/lib/libexecutorch_kernels_quantized.so; "
     "tar -C w -cf - executorch/lib executorch/include | zstd -q -{level} -T2 -o r.tar.zst; "
     "rm -r w/executorch/lib w/executorch/include; "

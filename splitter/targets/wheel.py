@@ -167,7 +167,8 @@ def write_wheel(
         **licenses,
         f"{dist_info}/METADATA": (metadata(plan, package), False),
         f"{dist_info}/WHEEL": (
-            f"Wheel-Version: 1.0\nGenerator: splitter\nRoot-Is-Purelib: false\nTag: {tag}\n".encode(),
+            "Wheel-Version: 1.0\nGenerator: splitter\nRoot-Is-Purelib: false\n"
+            f"Tag: {tag}\n".encode(),
             False,
         ),
         f"{dist_info}/{SIDECAR}": (
