@@ -1,4 +1,4 @@
-"""Make the quantized model test fixture in tests/data/model/.
+"""Make the quantized model test fixture in splitter/checks/model/.
 
 Builds a tiny Linear-ReLU-add-Linear model (a residual add around the ReLU),
 quantizes it with the XNNPACK quantizer (symmetric, per-tensor) through
@@ -16,9 +16,9 @@ Writes to OUTDIR:
 Needs torch==2.13.0 and executorch==1.5.1, kept out of the project's own
 environment:
 
-  python3 -m venv /work/venv-torch
-  /work/venv-torch/bin/pip install torch==2.13.0 executorch==1.5.1
-  /work/venv-torch/bin/python ci/make_model.py tests/data/model
+  python3 -m venv .venv-model
+  .venv-model/bin/pip install torch==2.13.0 executorch==1.5.1
+  .venv-model/bin/python ci/make_model.py splitter/checks/model
 
 The output is deterministic: two runs give byte-identical files.
 """

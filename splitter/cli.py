@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -15,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from splitter.doctor import diagnose_binary, diagnose_pid, diagnose_prefix
 from splitter.errors import SplitterError
 from splitter.fetch import resolve_input
 from splitter.layout import make_layout
@@ -25,6 +28,8 @@ from splitter.report import plan_json
 from splitter.targets.conda import DEFAULT_LEVEL, build_conda
 from splitter.targets.tree import build_tree
 from splitter.targets.wheel import build_wheels
+from splitter.verify.run import CHECKS
+from splitter.verify.run import verify as run_verify
 
 app = typer.Typer(
     add_completion=False,
@@ -207,6 +212,9 @@ def build(
     backend: Annotated[
         str, typer.Option(help="conda: assemble (default), rattler-build or conda-build.")
     ] = "assemble",
+    guard: Annotated[
+        bool, typer.Option("--guard", help="Add an import guard to the export package.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Build the packages of the plan for one target."""
@@ -221,13 +229,13 @@ def build(
 
         if target is Target.conda:
             written = build_conda(
-                result, out_dir, compression_level, progress=report, backend=backend
+                result, out_dir, compression_level, progress=report, backend=backend, guard=guard
             )
         elif target is Target.wheel:
-            written = build_wheels(result, out_dir, report)
+            written = build_wheels(result, out_dir, report, guard)
         elif target is Target.tree:
             layout = make_layout(result.wheel, prefix, libdir, includedir, sitedir)
-            written = build_tree(result, out_dir, layout, rpath, report)
+            written = build_tree(result, out_dir, layout, rpath, report, guard)
         else:
             raise SplitterError(f"--target {target.value} is not available yet")
     if as_json:
@@ -244,3 +252,84 @@ def build(
     else:
         for path in written:
             out.print(str(path))
+
+
+@app.command("verify")
+def verify_command(
+    out_dir: Annotated[Path, typer.Argument(help="A `splitter build` output directory.")],
+    python: Annotated[
+        Path | None, typer.Option(help="Interpreter with torch, for the extension checks.")
+    ] = None,
+    cmake: Annotated[
+        list[Path] | None, typer.Option(help="CMake executable to test with (repeatable).")
+    ] = None,
+    jobs: Annotated[int, typer.Option(help="Parallel co-load processes.")] = 2,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(help="Run only these checks: co-load, cmake, relocation, python."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Re-run the release checks on a built output: co-load matrix, CMake, relocation, model."""
+    system_cmake = shutil.which("cmake")
+    cmakes = list(cmake or ([Path(system_cmake)] if system_cmake else []))
+    checks = run_verify(out_dir, python, cmakes, jobs, tuple(only) if only else CHECKS)
+    failed = [c for c in checks if c.status == "fail"]
+    if as_json:
+        print(
+            json.dumps(
+                {"output": str(out_dir), "ok": not failed, "checks": [asdict(c) for c in checks]},
+                indent=2,
+            )
+        )
+    else:
+        table = Table("check", "subject", "expected", "outcome", "status", "detail")
+        for c in checks:
+            colour = {"pass": "green", "fail": "red", "skip": "yellow"}[c.status]
+            table.add_row(
+                c.check, c.subject, c.expected, c.outcome, f"[{colour}]{c.status}[/]", c.detail
+            )
+        out.print(table)
+        out.print(f"{len(checks) - len(failed)} passed or skipped, {len(failed)} failed")
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def doctor(
+    prefix: Annotated[
+        Path | None, typer.Option(help="A conda prefix or a venv (both layouts are scanned).")
+    ] = None,
+    binary: Annotated[Path | None, typer.Option(help="An ELF file: its NEEDED closure.")] = None,
+    pid: Annotated[
+        int | None, typer.Option(help="A running process: its mapped libraries.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Find libraries that register ExecuTorch kernels and copies that would (or do) collide."""
+    chosen = [x for x in (prefix, binary, pid) if x is not None]
+    if len(chosen) != 1:
+        raise SplitterError("doctor needs exactly one of --prefix DIR, --binary FILE or --pid N")
+    if prefix is not None:
+        diagnosis = diagnose_prefix(prefix)
+    elif binary is not None:
+        diagnosis = diagnose_binary(binary)
+    else:
+        assert pid is not None
+        diagnosis = diagnose_pid(pid)
+    if as_json:
+        print(json.dumps(diagnosis.to_json(), indent=2))
+    else:
+        table = Table("library", "soname", "registry", "operators")
+        for library in diagnosis.libraries:
+            table.add_row(library.path, library.soname, library.registry, str(library.operators))
+        out.print(table)
+        for hazard in diagnosis.hazards:
+            out.print(f"[red]hazard[/] {hazard.kind}: {hazard.message}", highlight=False)
+        for link in diagnosis.unresolved:
+            out.print(f"[yellow]unresolved[/] {link.source} NEEDS {link.needed}")
+        for note in diagnosis.notes:
+            out.print(f"note: {note}")
+        out.print("no hazards" if diagnosis.ok else f"{len(diagnosis.hazards)} hazard(s)")
+    if not diagnosis.ok:
+        raise typer.Exit(1)

@@ -34,7 +34,9 @@ class CMakeLayout:
 def bracket(text: str) -> str:
     """A CMake bracket argument holding `text` verbatim."""
     level = 0
-    while f"]{'=' * level}]" in text:
+    # The closing bracket must first occur where we put it, not earlier (a `]` ending the text
+    # followed by `]]` would close one character early).
+    while (text + f"]{'=' * level}]").find(f"]{'=' * level}]") != len(text):
         level += 1
     return f"[{'=' * level}[{text}]{'=' * level}]"
 
@@ -321,3 +323,64 @@ def render_pkgconfig(
         defs = " ".join(f"-D{d}" for d in definitions)
         lines.append(f"Cflags: -I${{includedir}} -I${{includedir}}/{C10_INCLUDE} {defs}".rstrip())
     return "\n".join(lines) + "\n"
+
+
+def render_exclusive(component: str, pairs: list[tuple[str, bool, str, str]]) -> str:
+    """Exclusivity of one component's library, from the plan's verdicts.
+
+    `pairs` holds (other file name, in effect, an operator both register, sidecar JSON). The
+    imported target gets EXECUTORCH_PROCESS_EXCLUSIVE_* properties (CMake >= 3.28); every
+    route gets EXECUTORCH_<COMPONENT>_PROCESS_EXCLUSIVE; a pair in effect adds a
+    configure-time warning when a target of the project also links the other file.
+    """
+    if not pairs:
+        return ""
+    upper = component.upper()
+    others = ";".join(other for other, _, _, _ in pairs)
+    active = [other for other, in_effect, _, _ in pairs if in_effect]
+    sidecar = "[" + ",".join(data for _, _, _, data in pairs) + "]"
+    text = f"""\
+set(EXECUTORCH_{upper}_PROCESS_EXCLUSIVE {bracket(sidecar)})
+set(_executorch_{component}_exclusive_with {bracket(others)})
+set(_executorch_{component}_exclusive_active {bracket(";".join(active))})
+function(_executorch_{component}_target_hook _target)
+  set_target_properties(${{_target}} PROPERTIES
+    EXECUTORCH_PROCESS_EXCLUSIVE_WITH "${{_executorch_{component}_exclusive_with}}"
+    EXECUTORCH_PROCESS_EXCLUSIVE_IN_EFFECT "${{_executorch_{component}_exclusive_active}}"
+    EXECUTORCH_PROCESS_EXCLUSIVE "${{EXECUTORCH_{upper}_PROCESS_EXCLUSIVE}}")
+endfunction()
+"""
+    if not active:
+        return text
+    examples = ", ".join(f"{other} ({op})" for other, in_effect, op, _ in pairs if in_effect)
+    return (
+        text
+        + f"""\
+# Linking this library and a file it collides with into one program aborts at load time.
+function(_executorch_{component}_check_links)
+  get_property(_targets DIRECTORY "${{CMAKE_SOURCE_DIR}}" PROPERTY BUILDSYSTEM_TARGETS)
+  foreach(_target IN LISTS _targets)
+    get_target_property(_links ${{_target}} LINK_LIBRARIES)
+    if(NOT _links)
+      continue()
+    endif()
+    string(JOIN ";" _joined ${{_links}})
+    if(NOT _joined MATCHES "{component}|libexecutorch_{component}")
+      continue()
+    endif()
+    foreach(_other IN LISTS _executorch_{component}_exclusive_active)
+      string(REGEX REPLACE "\\\\.so.*$" "" _stem "${{_other}}")
+      if(_joined MATCHES "${{_stem}}")
+        message(WARNING "executorch: target ${{_target}} links both the {component} library and "
+                        "${{_other}}, which register the same operators ({examples}): a process "
+                        "holding both aborts with 'Re-registering'. Link only one of them.")
+      endif()
+    endforeach()
+  endforeach()
+endfunction()
+if(NOT _executorch_{component}_check_deferred)
+  set(_executorch_{component}_check_deferred TRUE)
+  cmake_language(DEFER DIRECTORY "${{CMAKE_SOURCE_DIR}}" CALL _executorch_{component}_check_links)
+endif()
+"""
+    )

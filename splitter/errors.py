@@ -78,3 +78,9 @@ class OutputError(SplitterError):
     """The output directory cannot be written, or is locked by another build."""
 
     exit_code = 9
+
+
+class DoctorError(SplitterError):
+    """The prefix, binary or process to diagnose does not exist or cannot be read."""
+
+    exit_code = 10

@@ -32,6 +32,8 @@ from splitter.wheel import read_wheel
 
 Progress = Callable[[str, int, int], None]
 VERSION_FILE = "executorch/version.py"
+# PEP 440 characters only: the value lands in CMake comments and package metadata verbatim.
+VERSION_ASSIGNMENT = re.compile(rb"__version__\s*=\s*['\"]([A-Za-z0-9.+!_-]+)['\"]")
 
 
 def make_plan(wheel_path: Path, recipe: Recipe, progress: Progress | None = None) -> Plan:
@@ -48,9 +50,9 @@ def make_plan(wheel_path: Path, recipe: Recipe, progress: Progress | None = None
         if is_elf(data):
             binaries.append(analyse_elf(path, data))
         elif path == VERSION_FILE:
-            match = re.search(rb"__version__\s*=\s*['\"]([^'\"]+)['\"]", data)
+            match = VERSION_ASSIGNMENT.search(data)
             if match:
-                build_version.append(match.group(1).decode())
+                build_version.append(match.group(1).decode("ascii"))
 
     wheel = read_wheel(wheel_path, visit)
     check_supported(wheel, recipe)

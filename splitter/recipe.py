@@ -10,7 +10,7 @@ from typing import Any
 import tomlkit
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
-from tomlkit.exceptions import ParseError
+from tomlkit.exceptions import ParseError, TOMLKitError
 
 from splitter.errors import RecipeError
 from splitter.model import Component, ExclusivePair, External, PackageSpec, Recipe, Rule
@@ -84,6 +84,8 @@ def load_recipe(path: Path | None = None) -> Recipe:
         document = tomlkit.parse(text).unwrap()
     except ParseError as exc:
         raise RecipeError(f"recipe is not valid TOML ({exc}): {path}:{exc.line}") from exc
+    except TOMLKitError as exc:  # a key repeated inside a table escapes as KeyAlreadyPresent
+        raise RecipeError(f"recipe is not valid TOML ({exc}): {path}") from exc
     source = _Source(path, text)
     return _build(source, document)
 
@@ -189,7 +191,7 @@ def _build(source: _Source, doc: dict[str, Any]) -> Recipe:
         )
 
     externals = []
-    for name, table in doc.get("externals", {}).items():
+    for name, table in _typed(source, doc.get("externals", {}), dict, "externals").items():
         where = f"externals.{name}"
         _typed(source, table, dict, where)
         externals.append(
@@ -215,7 +217,8 @@ def _build(source: _Source, doc: dict[str, Any]) -> Recipe:
     )
 
     exclusive = []
-    for index, table in enumerate(doc.get("process_exclusive", [])):
+    pairs = _typed(source, doc.get("process_exclusive", []), list, "process_exclusive")
+    for index, table in enumerate(pairs):
         where = f"process_exclusive[{index}]"
         _typed(source, table, dict, where)
         exclusive.append(

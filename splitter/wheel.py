@@ -72,12 +72,20 @@ def read_wheel(path: Path, visit: Visitor | None = None) -> WheelInfo:
     try:
         with path.open("rb") as handle:
             file_sha = hashlib.file_digest(handle, "sha256").hexdigest()
-        with zipfile.ZipFile(path) as archive:
+        with _open_zip(path) as archive:
             return _read_archive(path, archive, file_sha, visit)
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
         raise InvalidWheel(f"corrupt or truncated wheel ({exc}): {path}") from exc
     except OSError as exc:
         raise InvalidWheel(f"cannot read wheel ({exc.strerror or exc}): {path}") from exc
+
+
+def _open_zip(path: Path) -> zipfile.ZipFile:
+    try:
+        return zipfile.ZipFile(path)
+    except UnicodeDecodeError as exc:  # general purpose flag bit 11 promises UTF-8 names
+        reason = f"an entry name flagged UTF-8 is not: {exc.reason}"
+        raise InvalidWheel(f"corrupt or truncated wheel ({reason}): {path}") from exc
 
 
 def _read_archive(
@@ -93,6 +101,8 @@ def _read_archive(
             raise InvalidWheel(f"symlink entry in wheel (wheels cannot carry links): {name}")
         if name in infos:
             raise InvalidWheel(f"duplicate entry in wheel: {name}")
+        if not 1 <= info.date_time[1] <= 12:
+            raise InvalidWheel(f"entry has an impossible date (month {info.date_time[1]}): {name}")
         ratio = info.file_size / max(info.compress_size, 1)
         if ratio > MAX_RATIO or (info.file_size > SUSPECT_SIZE and ratio > SUSPECT_RATIO):
             raise InvalidWheel(
@@ -197,7 +207,8 @@ def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
                 buffer.write(chunk)
                 if buffer.tell() > info.file_size:
                     raise InvalidWheel(f"entry inflates past its declared size: {info.filename}")
-    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+    # UnicodeDecodeError: the local header flags its name as UTF-8 and it is not.
+    except (zipfile.BadZipFile, zlib.error, EOFError, UnicodeDecodeError) as exc:
         raise InvalidWheel(f"corrupt entry in the wheel ({exc}): {info.filename}") from exc
     return buffer.getvalue()
 

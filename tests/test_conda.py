@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from conda_tools import install, torch_python
 from consumer_tools import (
     CMAKE_SPECS,
     MODEL,
+    RUN_PTE,
     build_consumer,
     cmake_executable,
     expected_output,
@@ -213,22 +215,6 @@ def test_cpp_consumer(cmake_label: str, prefixes: dict[str, Path], tmp_path: Pat
     assert "install the executorch-kernels-quantized package" in " ".join(alone.output.split())
 
 
-RUN_PTE = """
-import sys
-import numpy as np
-import torch
-import executorch.kernels.quantized  # loads the export plugin; a failed load is only logged
-assert hasattr(torch.ops.quantized_decomposed, "add"), "export plugin did not load"
-torch.ops.quantized_decomposed.add.out  # raises if the schema was not registered
-from executorch.runtime import Runtime
-model = sys.argv[1]
-x = np.frombuffer(open(model + "/input0.bin", "rb").read(), dtype=np.float32).reshape(2, 8)
-method = Runtime.get().load_program(model + "/model.pte").load_method("forward")
-out = method.execute([torch.from_numpy(x.copy())])
-sys.stdout.buffer.write(out[0].numpy().tobytes())
-"""
-
-
 def test_python_side_from_the_prefix(prefixes: dict[str, Path]) -> None:
     python = torch_python()
     prefix = prefixes["all"]
@@ -318,3 +304,49 @@ def test_conda_build_backend(real_plan: Plan, channel: Path, tmp_path: Path) -> 
     assert sorted(built) == sorted(packages(channel))
     for name, package in built.items():
         assert sorted(paths_json(package)) == sorted(paths_json(packages(channel)[name]))
+
+
+def test_doctor_on_a_conda_prefix(
+    prefixes: dict[str, Path], real_wheel: Path, tmp_path: Path
+) -> None:
+    """A clean prefix passes; the same prefix with upstream's wheel pip-installed is flagged."""
+    prefix = tmp_path / "prefix"
+    shutil.copytree(prefixes["all"], prefix, symlinks=True)
+    clean = subprocess.run(
+        [sys.executable, "-m", "splitter", "doctor", "--prefix", str(prefix), "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert json.loads(clean.stdout)["hazards"] == []
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--upgrade",
+            "--target",
+            str(prefix / SITE),
+            str(real_wheel),
+        ],
+        check=True,
+    )
+    mixed = subprocess.run(
+        [sys.executable, "-m", "splitter", "doctor", "--prefix", str(prefix), "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert mixed.returncode == 1
+    hazards = json.loads(mixed.stdout)["hazards"]
+    kinds = {(h["kind"], Path(h["files"][0]).name) for h in hazards}
+    assert ("duplicate-registry", "libexecutorch.so") in kinds
+    assert ("duplicate-kernels", "libexecutorch_kernels_quantized.so") in kinds
+    quantized = next(h for h in hazards if "libexecutorch_kernels_quantized.so" in h["files"][0])
+    assert {str(prefix / "lib"), str(prefix / SITE / "executorch" / "lib")} == {
+        str(Path(f).parent) for f in quantized["files"]
+    }

@@ -14,6 +14,7 @@ import pytest
 from consumer_tools import (
     CMAKE_SPECS,
     MODEL,
+    RUN_PTE,
     build_consumer,
     cache_root,
     cmake_executable,
@@ -182,21 +183,6 @@ def export_venv(wheels: dict[str, Path]) -> Path:
         pip(python, "install", "--quiet", "torch==2.13.0", *requirements)
         marker.write_text("ok\n")
     return python
-
-
-RUN_PTE = """
-import sys
-import numpy as np
-import torch
-import executorch.kernels.quantized
-assert hasattr(torch.ops.quantized_decomposed, "add"), "export plugin did not load"
-torch.ops.quantized_decomposed.add.out
-from executorch.runtime import Runtime
-model = sys.argv[1]
-x = np.frombuffer(open(model + "/input0.bin", "rb").read(), dtype=np.float32).reshape(2, 8)
-method = Runtime.get().load_program(model + "/model.pte").load_method("forward")
-sys.stdout.buffer.write(method.execute([torch.from_numpy(x.copy())])[0].numpy().tobytes())
-"""
 
 
 def site_files(python: Path) -> dict[str, str]:

@@ -79,8 +79,11 @@ def analyse_elf(path: str, data: bytes) -> BinaryInfo:
     """Describe the ELF file `data` found at wheel path `path`."""
     try:
         return _analyse(path, data)
-    except (ELFError, struct.error, ValueError) as exc:
-        raise BinaryError(f"cannot read ELF ({exc}): {path}") from exc
+    # pyelftools reports corrupt input beyond ELFError: OverflowError when an offset or size
+    # does not fit a seek or read, AssertionError when .dynamic links to a non-string section.
+    except (ELFError, struct.error, ValueError, OverflowError, AssertionError) as exc:
+        reason = str(exc) or f"pyelftools {type(exc).__name__}"
+        raise BinaryError(f"cannot read ELF ({reason}): {path}") from exc
 
 
 def _analyse(path: str, data: bytes) -> BinaryInfo:

@@ -50,6 +50,7 @@ def build_conda(
     threads: int = 2,
     progress: Progress | None = None,
     backend: str = "assemble",
+    guard: bool = False,
 ) -> list[Path]:
     """Write OUT/<subdir>/*.conda, the channel's repodata, and the rebuild recipes; atomic.
 
@@ -71,7 +72,9 @@ def build_conda(
     builds = {p.name: build_string(plan, p) for p in plan.packages}
     with atomic_output(out) as build:
         work = build.parent / "work"
-        staged = stage(plan, layout, lambda name: work / "stage" / name, "relative", progress)
+        staged = stage(
+            plan, layout, lambda name: work / "stage" / name, "relative", progress, guard
+        )
         write_recipes(plan, staged, build / "recipes", builds)
         (build / subdir).mkdir()
         if backend == "assemble":

@@ -5,6 +5,7 @@ Shared by the tree target (one DESTDIR per package) and the conda target (prefix
 
 from __future__ import annotations
 
+import json
 import os
 import posixpath
 import stat
@@ -23,13 +24,16 @@ from splitter.cmake import (
     VERSION,
     CMakeLayout,
     render_config,
+    render_exclusive,
     render_fragment,
     render_pkgconfig,
     render_version,
 )
 from splitter.errors import SplitterError
+from splitter.guard import guard_files
 from splitter.layout import Layout, install_path
 from splitter.model import BinaryInfo, PackagePlan, Plan
+from splitter.report import verdict_json
 from splitter.wheel import safe_join
 
 RUNTIME_SONAME = "libexecutorch.so"
@@ -59,6 +63,7 @@ def stage(
     root_of: Callable[[str], Path],
     rpath: str = "relative",
     progress: Progress | None = None,
+    guard: bool = False,
 ) -> Staged:
     """Write each package under `root_of(package)` (the prefix directory), then relocate."""
     if rpath not in ("relative", "strip"):
@@ -75,6 +80,7 @@ def stage(
         if (dest := install_path(path, layout, plan.wheel.dist_info)) is not None
     }
     entries = {e.path: e for e in plan.wheel.entries}
+    replaced, added = guard_files(plan) if guard else ({}, {})
     staged: dict[str, list[StagedFile]] = {p.name: [] for p in plan.packages}
     total = len(destinations)
     with zipfile.ZipFile(plan.wheel.path) as archive:
@@ -82,13 +88,24 @@ def stage(
             owner = plan.owners[path][0]
             real = safe_join(root_of(owner), dest)
             real.parent.mkdir(parents=True, exist_ok=True)
-            with archive.open(path) as source, real.open("wb") as target:
-                while chunk := source.read(1 << 20):
-                    target.write(chunk)
+            if path in replaced:
+                real.write_bytes(replaced[path])
+            else:
+                with archive.open(path) as source, real.open("wb") as target:
+                    while chunk := source.read(1 << 20):
+                        target.write(chunk)
             executable = entries[path].executable or plan.binary(path) is not None
             staged[owner].append(StagedFile(path=dest, real=real, executable=executable))
             if progress is not None and count % 200 == 0:
                 progress("stage", count, total)
+
+    for path, data in added.items():
+        owner = plan.owners[posixpath.join(posixpath.dirname(path), "__init__.py")][0]
+        dest = install_path(path, layout, plan.wheel.dist_info)
+        assert dest is not None
+        real = safe_join(root_of(owner), dest)
+        real.write_bytes(data)
+        staged[owner].append(StagedFile(path=dest, real=real, executable=False))
 
     for package in plan.packages:
         for dest, text, executable in generated_files(plan, package, layout):
@@ -189,7 +206,12 @@ def generated_files(
             out.append(
                 (
                     f"{layout.cmakedir}/{FRAGMENT.format(name=component)}",
-                    render_fragment(component, libraries[component], package.name),
+                    render_fragment(
+                        component,
+                        libraries[component],
+                        package.name,
+                        render_exclusive(component, exclusive_pairs(plan, libraries[component])),
+                    ),
                     False,
                 )
             )
@@ -243,6 +265,20 @@ def generated_files(
                 (f"{layout.bindir}/{name}", console_script(target, layout.interpreter), True)
             )
     return out
+
+
+def exclusive_pairs(plan: Plan, library: str) -> list[tuple[str, bool, str, str]]:
+    """Verdicts touching the shipped library `library`, in render_exclusive's form."""
+    pairs = []
+    for verdict in plan.exclusive:
+        names = (verdict.first.rsplit("/", 1)[-1], verdict.second.rsplit("/", 1)[-1])
+        if library not in names:
+            continue
+        other = names[1] if names[0] == library else names[0]
+        operator = verdict.operators[0] if verdict.operators else ""
+        data = json.dumps(verdict_json(verdict), sort_keys=True, separators=(",", ":"))
+        pairs.append((other, verdict.in_effect, operator, data))
+    return pairs
 
 
 def library_names(plan: Plan) -> dict[str, str]:

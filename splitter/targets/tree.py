@@ -20,11 +20,12 @@ def build_tree(
     layout: Layout,
     rpath: str = "relative",
     progress: Progress | None = None,
+    guard: bool = False,
 ) -> list[Path]:
     """Write OUT/<package>/<prefix>/... and OUT/<package>.{install,files,json}; atomic."""
     prefix = layout.prefix.strip("/")
     with atomic_output(out) as build:
-        staged = stage(plan, layout, lambda name: build / name / prefix, rpath, progress)
+        staged = stage(plan, layout, lambda name: build / name / prefix, rpath, progress, guard)
         for package in plan.packages:
             files = staged.packages[package.name]
             (build / f"{package.name}.install").write_text(install_list(files, prefix))

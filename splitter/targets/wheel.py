@@ -25,13 +25,15 @@ from splitter.cmake import (
     VERSION,
     CMakeLayout,
     render_config,
+    render_exclusive,
     render_fragment,
     render_version,
 )
+from splitter.guard import guard_files
 from splitter.model import PackagePlan, Plan
 from splitter.output import atomic_output
 from splitter.targets.condameta import exclusivity_sidecar
-from splitter.targets.stage import Progress, library_names
+from splitter.targets.stage import Progress, exclusive_pairs, library_names
 
 # Upstream installs its config in both places; the core finds the package root relative to it.
 CMAKE_DIRS = {
@@ -53,14 +55,16 @@ FIELD_NAMES = {
 }
 
 
-def build_wheels(plan: Plan, out: Path, progress: Progress | None = None) -> list[Path]:
+def build_wheels(
+    plan: Plan, out: Path, progress: Progress | None = None, guard: bool = False
+) -> list[Path]:
     """Write OUT/<name>-<version>-<tag>.whl for each package; atomic and reproducible."""
     written = []
     with atomic_output(out) as build, zipfile.ZipFile(plan.wheel.path) as source:
         for index, package in enumerate(plan.packages, start=1):
             if progress is not None:
                 progress(f"wheel {package.name}", index, len(plan.packages))
-            files = payload(plan, package, source)
+            files = payload(plan, package, source, guard_files(plan) if guard else ({}, {}))
             path = write_wheel(plan, package, files, build)
             written.append(out / path.name)
     return written
@@ -77,16 +81,23 @@ def dist_name(package: PackagePlan) -> str:
 
 
 def payload(
-    plan: Plan, package: PackagePlan, source: zipfile.ZipFile
+    plan: Plan,
+    package: PackagePlan,
+    source: zipfile.ZipFile,
+    guard: tuple[dict[str, bytes], dict[str, bytes]] = ({}, {}),
 ) -> dict[str, tuple[bytes, bool]]:
     """Archive path -> (bytes, executable) for the package's files, generated config included."""
     entries = {e.path: e for e in plan.wheel.entries}
+    replaced, added = guard
     files: dict[str, tuple[bytes, bool]] = {}
     for path in package.files:
         if path.startswith(UPSTREAM_CMAKE) or path.startswith(f"{plan.wheel.dist_info}/"):
             continue
         executable = entries[path].executable or plan.binary(path) is not None
-        files[path] = (source.read(path), executable)
+        files[path] = (replaced.get(path) or source.read(path), executable)
+    for path, data in added.items():
+        if path.rsplit("/", 1)[0] + "/__init__.py" in files:
+            files[path] = (data, False)
     libraries = library_names(plan)
     providers = {
         c: p.name for p in plan.packages for c in p.cmake_components if c != RUNTIME_COMPONENT
@@ -110,7 +121,12 @@ def payload(
                 )
             else:
                 files[f"{directory}/{FRAGMENT.format(name=component)}"] = (
-                    render_fragment(component, libraries[component], package.name).encode(),
+                    render_fragment(
+                        component,
+                        libraries[component],
+                        package.name,
+                        render_exclusive(component, exclusive_pairs(plan, libraries[component])),
+                    ).encode(),
                     False,
                 )
     return files

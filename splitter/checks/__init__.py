@@ -1,0 +1,1 @@
+"""Data the checks ship: the C++ consumer project and the quantized model fixture."""

@@ -1,0 +1,1 @@
+"""splitter verify: re-run the release checks on a built output."""

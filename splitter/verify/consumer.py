@@ -1,0 +1,117 @@
+"""Build the shipped C++ consumer with a real CMake and run the shipped quantized model."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import splitter.checks
+
+CONSUMER = Path(splitter.checks.__file__).parent / "consumer"
+MODEL = Path(splitter.checks.__file__).parent / "model"
+MISSING_QUANTIZED = "install the executorch-kernels-quantized package"
+
+
+@dataclass(frozen=True)
+class Configured:
+    """The result of configuring (and building, when configure passed) the consumer."""
+
+    returncode: int
+    output: str
+    build_dir: Path
+
+    @property
+    def runner(self) -> Path:
+        """The built program."""
+        return self.build_dir / "runner"
+
+    def variable(self, name: str) -> str:
+        """A contract variable as the consumer printed it."""
+        for line in self.output.splitlines():
+            if f"consumer: {name}=" in line:
+                return line.split(f"consumer: {name}=", 1)[1]
+        raise KeyError(name)
+
+
+def cmake_version(cmake: Path) -> tuple[int, int]:
+    """Major and minor version printed by `cmake --version`."""
+    first = subprocess.run(
+        [str(cmake), "--version"], capture_output=True, text=True, check=True
+    ).stdout.split()[2]
+    major, minor = first.split(".")[:2]
+    return int(major), int(minor)
+
+
+def build_consumer(
+    cmake: Path,
+    build_dir: Path,
+    *,
+    prefix: Path | None = None,
+    config_dir: Path | None = None,
+    quantized: bool,
+) -> Configured:
+    """Configure and build the consumer against an install prefix or a config directory."""
+    args = [
+        str(cmake),
+        "-S",
+        str(CONSUMER),
+        "-B",
+        str(build_dir),
+        "-DCMAKE_BUILD_TYPE=Release",
+        f"-DWITH_QUANTIZED={'ON' if quantized else 'OFF'}",
+    ]
+    if prefix is not None:
+        args.append(f"-DCMAKE_PREFIX_PATH={prefix}")
+    if config_dir is not None:
+        args.append(f"-Dexecutorch_DIR={config_dir}")
+    configure = subprocess.run(args, capture_output=True, text=True, check=False)
+    output = configure.stdout + configure.stderr
+    if configure.returncode != 0:
+        return Configured(configure.returncode, output, build_dir)
+    build = subprocess.run(
+        [str(cmake), "--build", str(build_dir), "-j2"], capture_output=True, text=True, check=False
+    )
+    return Configured(build.returncode, output + build.stdout + build.stderr, build_dir)
+
+
+def run_model(runner: Path, out_file: Path) -> subprocess.CompletedProcess[str]:
+    """Run the shipped quantized model; the output bytes land in `out_file`."""
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    return subprocess.run(
+        [str(runner), str(MODEL / "model.pte"), str(MODEL / "input0.bin"), str(out_file)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+
+
+def expected_output() -> bytes:
+    """What executorch's own Python runtime gave for the shipped model."""
+    return (MODEL / "expected_output0.bin").read_bytes()
+
+
+RUN_PTE = """
+import sys
+import numpy as np
+import torch
+import executorch.kernels.quantized  # loads the export plugin; a failed load is only logged
+assert hasattr(torch.ops.quantized_decomposed, "add"), "export plugin did not load"
+torch.ops.quantized_decomposed.add.out  # raises if the schema was not registered
+from executorch.runtime import Runtime
+model = sys.argv[1]
+x = np.frombuffer(open(model + "/input0.bin", "rb").read(), dtype=np.float32).reshape(2, 8)
+method = Runtime.get().load_program(model + "/model.pte").load_method("forward")
+sys.stdout.buffer.write(method.execute([torch.from_numpy(x.copy())])[0].numpy().tobytes())
+"""
+
+
+def run_model_python(python: Path, sitedir: Path) -> subprocess.CompletedProcess[bytes]:
+    """Run the shipped model through executorch.runtime from `sitedir` with `python`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LD_LIBRARY_PATH")}
+    env["PYTHONPATH"] = str(sitedir)
+    return subprocess.run(
+        [str(python), "-c", RUN_PTE, str(MODEL)], capture_output=True, env=env, check=False
+    )

@@ -1,0 +1,169 @@
+"""Turn any built output (conda channel, staged trees, wheels) into an installed layout."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from splitter.errors import SplitterError
+
+RUNTIME = "executorch-runtime"
+QUANTIZED = "executorch-kernels-quantized"
+
+INSTALL_CONDA = """
+import asyncio, os, sys
+import rattler
+from rattler import RepoDataRecord
+
+async def main():
+    records = [await RepoDataRecord.from_package_archive(p) for p in sys.argv[2:]]
+    await rattler.install(records, target_prefix=sys.argv[1], show_progress=False)
+
+asyncio.run(main())
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Installed:
+    """An output installed into a scratch directory."""
+
+    kind: str  # conda, tree or wheel
+    root: Path  # what moves as a whole in the relocation check
+    libdir: Path
+    cmake_prefix: Path  # what CMAKE_PREFIX_PATH points at
+    sitedir: Path | None  # where `import executorch` finds the export side
+    packages: tuple[str, ...]
+    verdicts: tuple[dict[str, Any], ...]
+
+
+def detect(out: Path) -> str:
+    """conda, tree or wheel, from what OUT holds."""
+    if any(out.glob("*/repodata.json")) and any(out.glob("*/*.conda")):
+        return "conda"
+    if any(out.glob("*.whl")):
+        return "wheel"
+    if any(out.glob("*.install")):
+        return "tree"
+    raise SplitterError(
+        f"not a splitter output (no channel, wheels or .install lists): {out}\n"
+        "point verify at the -o directory of `splitter build`"
+    )
+
+
+def install(out: Path, scratch: Path, only: tuple[str, ...] | None = None) -> Installed:
+    """Install the packages of `out` (all, or `only`) under `scratch`."""
+    kind = detect(out)
+    if kind == "conda":
+        return _conda(out, scratch, only)
+    if kind == "wheel":
+        return _wheel(out, scratch, only)
+    return _tree(out, scratch, only)
+
+
+def _name_of_conda(path: Path) -> str:
+    return path.name.rsplit("-", 2)[0]
+
+
+def _conda(out: Path, scratch: Path, only: tuple[str, ...] | None) -> Installed:
+    packages = sorted(p for p in out.glob("*/*.conda") if only is None or _name_of_conda(p) in only)
+    prefix = scratch / "prefix"
+    command = [sys.executable, "-c", INSTALL_CONDA, str(prefix), *map(str, packages)]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise SplitterError(f"py-rattler could not install {out}: {result.stderr.strip()}")
+    verdicts = []
+    for package in packages:
+        verdicts += json.loads(_conda_info(package, "info/splitter-process-exclusive.json"))[
+            "pairs"
+        ]
+    site = next(iter(sorted(prefix.glob("lib/python*/site-packages"))), None)
+    return Installed(
+        kind="conda",
+        root=prefix,
+        libdir=prefix / "lib",
+        cmake_prefix=prefix,
+        sitedir=site,
+        packages=tuple(_name_of_conda(p) for p in packages),
+        verdicts=_unique(verdicts),
+    )
+
+
+def _conda_info(package: Path, name: str) -> bytes:
+    import zstandard
+
+    with zipfile.ZipFile(package) as archive:
+        member = next(n for n in archive.namelist() if n.startswith("info-"))
+        raw = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(archive.read(member))).read()
+    with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+        extracted = tar.extractfile(name)
+        return extracted.read() if extracted else b"{}"
+
+
+def _wheel(out: Path, scratch: Path, only: tuple[str, ...] | None) -> Installed:
+    site = scratch / "site-packages"
+    names, verdicts = [], []
+    for wheel in sorted(out.glob("*.whl")):
+        name = wheel.name.split("-")[0].replace("_", "-")
+        if only is not None and name not in only:
+            continue
+        names.append(name)
+        with zipfile.ZipFile(wheel) as archive:
+            for info in archive.infolist():
+                target = site / info.filename
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(archive.read(info))
+                target.chmod((info.external_attr >> 16) & 0o777 or 0o644)
+                if info.filename.endswith(".dist-info/splitter-process-exclusive.json"):
+                    verdicts += json.loads(archive.read(info))["pairs"]
+    return Installed(
+        kind="wheel",
+        root=site,
+        libdir=site / "executorch" / "lib",
+        cmake_prefix=site / "executorch",
+        sitedir=site,
+        packages=tuple(names),
+        verdicts=_unique(verdicts),
+    )
+
+
+def _tree(out: Path, scratch: Path, only: tuple[str, ...] | None) -> Installed:
+    prefix = scratch / "prefix"
+    names, verdicts = [], []
+    for manifest in sorted(out.glob("*.json")):
+        data = json.loads(manifest.read_text())
+        if only is not None and data["name"] not in only:
+            continue
+        names.append(data["name"])
+        verdicts += data.get("process_exclusive", [])
+        staged = out / data["name"] / data["prefix"].strip("/")
+        shutil.copytree(staged, prefix, dirs_exist_ok=True, symlinks=True)
+    site = next(iter(sorted(prefix.glob("lib/python*/site-packages"))), None)
+    site = site or next(iter(sorted(prefix.glob("lib/python3/dist-packages"))), None)
+    libdir = next((p.parent for p in sorted(prefix.rglob("libexecutorch.so"))), prefix / "lib")
+    return Installed(
+        kind="tree",
+        root=prefix,
+        libdir=libdir,
+        cmake_prefix=prefix,
+        sitedir=site,
+        packages=tuple(names),
+        verdicts=_unique(verdicts),
+    )
+
+
+def _unique(verdicts: list[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
+    seen: dict[str, dict[str, Any]] = {}
+    for verdict in verdicts:
+        key = "|".join(sorted(f["path"] for f in verdict["files"]))
+        seen[key] = verdict
+    return tuple(seen[k] for k in sorted(seen))

@@ -1,0 +1,215 @@
+"""splitter verify: the release checks, run on any built output."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from splitter.errors import SplitterError
+from splitter.verify.coload import coload_items, coload_matrix
+from splitter.verify.consumer import (
+    MISSING_QUANTIZED,
+    build_consumer,
+    cmake_version,
+    expected_output,
+    run_model,
+    run_model_python,
+)
+from splitter.verify.install import QUANTIZED, RUNTIME, Installed, install
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Check:
+    """One row of the report."""
+
+    check: str
+    subject: str
+    expected: str
+    outcome: str
+    status: str  # pass, fail or skip
+    detail: str = ""
+
+
+def torch_available(python: Path) -> bool:
+    """Whether `python` can import torch."""
+    result = subprocess.run([str(python), "-c", "import torch"], capture_output=True, check=False)
+    return result.returncode == 0
+
+
+CHECKS = ("co-load", "cmake", "relocation", "python")
+
+
+def verify(
+    out: Path,
+    python: Path | None,
+    cmakes: list[Path],
+    jobs: int = 2,
+    only: tuple[str, ...] = CHECKS,
+) -> list[Check]:
+    """Install `out` in scratch space and run the checks; nothing is written to `out`."""
+    unknown = sorted(set(only) - set(CHECKS))
+    if unknown:
+        raise SplitterError(f"unknown check {unknown[0]!r}: choose from {', '.join(CHECKS)}")
+    python = python or Path(sys.executable)
+    torch_python = python if torch_available(python) else None
+    checks: list[Check] = []
+    with tempfile.TemporaryDirectory(prefix="splitter-verify-") as scratch_name:
+        scratch = Path(scratch_name)
+        full = install(out, scratch / "full")
+        items = coload_items(full.libdir, full.sitedir) if "co-load" in only else []
+        for pair in coload_matrix(items, full.verdicts, Path(sys.executable), torch_python, jobs):
+            status = "skip" if pair.outcome == "skipped" else ("pass" if pair.ok else "fail")
+            checks.append(
+                Check(
+                    check="co-load",
+                    subject=f"{pair.first} then {pair.second}",
+                    expected=pair.expected,
+                    outcome=pair.outcome,
+                    status=status,
+                    detail=pair.detail,
+                )
+            )
+        if "cmake" in only:
+            checks += consumer_checks(out, full, cmakes, scratch)
+        if "relocation" in only:
+            checks.append(relocation_check(full, cmakes, scratch))
+        if "python" in only:
+            checks.append(python_check(full, torch_python))
+    return checks
+
+
+def consumer_checks(out: Path, full: Installed, cmakes: list[Path], scratch: Path) -> list[Check]:
+    """The CMake consumer matrix, the quantized model run, and the relocation check."""
+    checks = []
+    has_quantized = QUANTIZED in full.packages
+    runtime_only = install(out, scratch / "runtime-only", only=(RUNTIME,))
+    for index, cmake in enumerate(cmakes):
+        version = ".".join(map(str, cmake_version(cmake)))
+        subject = f"CMake {version}"
+        build = scratch / f"consumer-{index}"
+        if has_quantized:
+            built = build_consumer(cmake, build / "q", prefix=full.cmake_prefix, quantized=True)
+            checks.append(_model_check(built, build / "q.bin", "model (C++)", subject))
+        missing = build_consumer(
+            cmake, build / "r", prefix=runtime_only.cmake_prefix, quantized=True
+        )
+        named = missing.returncode != 0 and MISSING_QUANTIZED in " ".join(missing.output.split())
+        checks.append(
+            Check(
+                check="missing component",
+                subject=subject,
+                expected="configure fails naming executorch-kernels-quantized",
+                outcome="as expected" if named else "configured or unnamed",
+                status="pass" if named else "fail",
+                detail=""
+                if named
+                else missing.output.strip().splitlines()[-1:][0]
+                if missing.output.strip()
+                else "",
+            )
+        )
+    return checks
+
+
+def _model_check(built: Any, out_file: Path, check: str, subject: str) -> Check:
+    if built.returncode != 0:
+        return Check(
+            check=check,
+            subject=subject,
+            expected="identical output",
+            outcome="build failed",
+            status="fail",
+            detail=built.output.strip().splitlines()[-1] if built.output else "",
+        )
+    run = run_model(built.runner, out_file)
+    same = run.returncode == 0 and out_file.read_bytes() == expected_output()
+    return Check(
+        check=check,
+        subject=subject,
+        expected="identical output",
+        outcome="identical" if same else f"exit {run.returncode}",
+        status="pass" if same else "fail",
+        detail="" if same else (run.stderr.strip().splitlines() or [""])[-1],
+    )
+
+
+def relocation_check(full: Installed, cmakes: list[Path], scratch: Path) -> Check:
+    """A consumer installed beside the libraries still runs after the whole tree moves."""
+    modern = [c for c in cmakes if cmake_version(c) >= (3, 28)]
+    if not modern or QUANTIZED not in full.packages:
+        return Check(
+            check="relocation",
+            subject="-",
+            expected="runs after a move",
+            outcome="skipped",
+            status="skip",
+            detail="needs CMake >= 3.28 ($ORIGIN link options) and kernels-quantized",
+        )
+    copy = scratch / "relocate" / "before"
+    shutil.copytree(full.root, copy, symlinks=True)
+    prefix = copy / full.cmake_prefix.relative_to(full.root)
+    built = build_consumer(modern[0], scratch / "relocate-build", prefix=prefix, quantized=True)
+    if built.returncode != 0:
+        return Check(
+            check="relocation",
+            subject="CMake >= 3.28",
+            expected="runs after a move",
+            outcome="build failed",
+            status="fail",
+        )
+    bindir = prefix / "bin"
+    bindir.mkdir(exist_ok=True)
+    shutil.copy2(built.runner, bindir / "runner")
+    moved = scratch / "relocate" / "after" / "moved"
+    moved.parent.mkdir(parents=True)
+    os.rename(copy, moved)
+    runner = moved / full.cmake_prefix.relative_to(full.root) / "bin" / "runner"
+    out_file = scratch / "relocate" / "out.bin"
+    run = run_model(runner, out_file)
+    same = run.returncode == 0 and out_file.read_bytes() == expected_output()
+    return Check(
+        check="relocation",
+        subject=f"{runner.relative_to(moved.parent)}",
+        expected="runs after a move",
+        outcome="identical" if same else "failed",
+        status="pass" if same else "fail",
+        detail="" if same else (run.stderr.strip().splitlines() or [""])[-1],
+    )
+
+
+def python_check(full: Installed, torch_python: Path | None) -> Check:
+    """executorch.runtime from the installed export side gives the shipped output."""
+    if full.sitedir is None or not (full.sitedir / "executorch" / "runtime").exists():
+        return Check(
+            check="model (Python)",
+            subject="-",
+            expected="identical output",
+            outcome="skipped",
+            status="skip",
+            detail="the export package is not built",
+        )
+    if torch_python is None:
+        return Check(
+            check="model (Python)",
+            subject="-",
+            expected="identical output",
+            outcome="skipped",
+            status="skip",
+            detail="needs torch: pass --python with torch 2.13 importable",
+        )
+    run = run_model_python(torch_python, full.sitedir)
+    same = run.returncode == 0 and run.stdout == expected_output()
+    return Check(
+        check="model (Python)",
+        subject=str(torch_python),
+        expected="identical output",
+        outcome="identical" if same else f"exit {run.returncode}",
+        status="pass" if same else "fail",
+        detail="" if same else (run.stderr.decode().strip().splitlines() or [""])[-1],
+    )
