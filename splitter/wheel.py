@@ -7,11 +7,13 @@ import calendar
 import csv
 import hashlib
 import io
+import os
 import stat
 import zipfile
 import zlib
 from collections.abc import Callable
 from email.parser import HeaderParser
+from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
 from packaging.metadata import Metadata
@@ -54,11 +56,22 @@ def check_member_name(name: str) -> str:
 def safe_join(root: Path, relative: str) -> Path:
     """Join an archive path onto `root`, refusing anything that would land outside it."""
     check_member_name(relative)
-    target = (root / relative).resolve()
-    base = root.resolve()
-    if target != base and base not in target.parents:
+    base = _real_dir(str(root))
+    target = Path(os.path.normpath(os.path.join(base, relative)))
+    parent = target.parent
+    while parent != base and not parent.exists() and base in parent.parents:
+        parent = parent.parent
+    real = _real_dir(str(parent))
+    if base not in target.parents or (real != base and base not in real.parents):
         raise InvalidWheel(f"path escapes the destination {root}: {relative}")
     return target
+
+
+@lru_cache(maxsize=8192)
+def _real_dir(directory: str) -> Path:
+    # Cached: resolving every path costs ~1 s over the 4,605 files of the real wheel, and the
+    # directories are created by splitter itself in a fresh temporary tree.
+    return Path(directory).resolve()
 
 
 def read_wheel(path: Path, visit: Visitor | None = None) -> WheelInfo:
@@ -101,6 +114,8 @@ def _read_archive(
             raise InvalidWheel(f"symlink entry in wheel (wheels cannot carry links): {name}")
         if name in infos:
             raise InvalidWheel(f"duplicate entry in wheel: {name}")
+        if info.flag_bits & 0x1:
+            raise InvalidWheel(f"encrypted entry in wheel (wheels cannot be encrypted): {name}")
         if not 1 <= info.date_time[1] <= 12:
             raise InvalidWheel(f"entry has an impossible date (month {info.date_time[1]}): {name}")
         ratio = info.file_size / max(info.compress_size, 1)

@@ -14,7 +14,6 @@ import json
 import shutil
 from pathlib import Path
 
-from splitter.binaries.elf import analyse_elf
 from splitter.layout import install_path
 from splitter.model import Plan
 from splitter.report import verdict_json
@@ -94,9 +93,8 @@ def write_support(plan: Plan, staged: Staged, directory: Path) -> None:
                 target.chmod(0o755 if item.executable else 0o644)
                 continue
             rows.append(f"{source}\t{item.path}\t{'755' if item.executable else '644'}\n")
-            if plan.binary(source) is not None:
-                info = analyse_elf(item.path, item.real.read_bytes())
-                runpaths.append(f"{item.path}\t{':'.join(info.runpath)}\n")
+            if item.path in staged.runpaths:
+                runpaths.append(f"{item.path}\t{':'.join(staged.runpaths[item.path])}\n")
         (folder / "files.tsv").write_text("".join(rows))
         (folder / "runpath.tsv").write_text("".join(runpaths))
 

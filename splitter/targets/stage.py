@@ -55,6 +55,7 @@ class Staged:
 
     layout: Layout
     packages: dict[str, tuple[StagedFile, ...]]
+    runpaths: dict[str, tuple[str, ...]]  # installed path of each shipped ELF -> its RUNPATH
 
 
 def stage(
@@ -114,7 +115,7 @@ def stage(
             real.write_text(text, encoding="utf-8")
             staged[package.name].append(StagedFile(path=dest, real=real, executable=executable))
 
-    relocate(plan, layout, destinations, root_of, rpath)
+    runpaths = relocate(plan, layout, destinations, root_of, rpath)
     union = {f.path: f.real for files in staged.values() for f in files}
     allowed = frozenset(plan.recipe.system_sonames) | frozenset(
         s for e in plan.recipe.externals for s in e.sonames
@@ -130,6 +131,7 @@ def stage(
         packages={
             name: tuple(sorted(files, key=lambda f: f.path)) for name, files in staged.items()
         },
+        runpaths=runpaths,
     )
 
 
@@ -139,8 +141,9 @@ def relocate(
     destinations: dict[str, str],
     root_of: Callable[[str], Path],
     rpath: str,
-) -> None:
+) -> dict[str, tuple[str, ...]]:
     """Give every shipped ELF a RUNPATH that reaches its NEEDED files in the new layout."""
+    written: dict[str, tuple[str, ...]] = {}
     targets = {b.provides: destinations[b.path] for b in plan.binaries}
     externals = frozenset(s for e in plan.recipe.externals for s in e.sonames)
     site_dirs = tuple(d for e in plan.recipe.externals for d in e.site_dirs)
@@ -153,6 +156,8 @@ def relocate(
             drop = {"$ORIGIN" if system == "." else f"$ORIGIN/{system}"}
             runpath = tuple(e for e in runpath if e not in drop)
         set_runpath(root_of(plan.owners[binary.path][0]) / dest, runpath)
+        written[dest] = runpath
+    return written
 
 
 def runpath_for(
