@@ -56,15 +56,16 @@ def check_member_name(name: str) -> str:
 def safe_join(root: Path, relative: str) -> Path:
     """Join an archive path onto `root`, refusing anything that would land outside it."""
     check_member_name(relative)
-    base = _real_dir(str(root))
-    target = Path(os.path.normpath(os.path.join(base, relative)))
-    parent = target.parent
-    while parent != base and not parent.exists() and base in parent.parents:
-        parent = parent.parent
-    real = _real_dir(str(parent))
-    if base not in target.parents or (real != base and base not in real.parents):
+    base = str(_real_dir(str(root)))
+    target = os.path.normpath(os.path.join(base, relative))
+    parent = os.path.dirname(target)
+    while parent.startswith(base + os.sep) and not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    real = str(_real_dir(parent))  # a symlink planted under root could still lead out
+    inside = target.startswith(base + os.sep)
+    if not inside or (real != base and not real.startswith(base + os.sep)):
         raise InvalidWheel(f"path escapes the destination {root}: {relative}")
-    return target
+    return Path(target)
 
 
 @lru_cache(maxsize=8192)
@@ -249,8 +250,13 @@ def _parse_record(
     archive: zipfile.ZipFile, infos: dict[str, zipfile.ZipInfo], name: str
 ) -> dict[str, tuple[str, int | None]]:
     rows: dict[str, tuple[str, int | None]] = {}
-    reader = csv.reader(io.StringIO(_text(archive, infos, name)))
-    for number, row in enumerate(reader, start=1):
+    # newline="" as the csv module requires: a bare CR then ends a row instead of raising.
+    reader = csv.reader(io.StringIO(_text(archive, infos, name), newline=""))
+    try:
+        numbered = list(enumerate(reader, start=1))
+    except csv.Error as exc:  # e.g. a field over csv.field_size_limit()
+        raise InvalidWheel(f"RECORD is not valid CSV ({exc}): {name}") from exc
+    for number, row in numbered:
         if not row:
             continue
         if len(row) != 3:

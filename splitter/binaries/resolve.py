@@ -28,7 +28,7 @@ def find_unresolved(
         with real.open("rb") as handle:
             if not is_elf(handle.read(4)):
                 continue
-        info = analyse_elf(relative, real.read_bytes())
+        info = analyse_elf(relative, real.read_bytes(), registrations=False)
         here = posixpath.dirname(relative)
         search = []
         for entry in (*info.rpath, *info.runpath):

@@ -31,6 +31,7 @@ from splitter.targets.stage import Progress, Staged, stage
 PLACEHOLDER = "/opt/anaconda1anaconda2anaconda3"
 SIDECAR = "info/splitter-process-exclusive.json"
 DEFAULT_LEVEL = 9
+ZIP64_LIMIT = 0xFFFFFFFF
 
 
 def conda_layout(plan: Plan) -> Layout:
@@ -82,7 +83,7 @@ def build_conda(
                 plan, staged, build / subdir, builds, work, compression_level, threads, progress
             )
         else:
-            build_recipe(plan, build / "recipes", backend, build / subdir, work)
+            build_recipe(plan, build / "recipes", backend, build / subdir, work, compression_level)
         index_channel(build)
         written = sorted(str(p.relative_to(build)) for p in build.rglob("*") if p.is_file())
     return [out / name for name in written]
@@ -161,7 +162,9 @@ def assemble_all(
         )
 
 
-def build_recipe(plan: Plan, recipes: Path, backend: str, directory: Path, work: Path) -> None:
+def build_recipe(
+    plan: Plan, recipes: Path, backend: str, directory: Path, work: Path, level: int = DEFAULT_LEVEL
+) -> None:
     """Build the generated recipe offline, with the local wheel as its source."""
     source = work / f"recipe-{backend}"
     shutil.copytree(recipes / backend, source)
@@ -176,9 +179,16 @@ def build_recipe(plan: Plan, recipes: Path, backend: str, directory: Path, work:
             "import sys\n"
             "from rattler_build import Stage0Recipe\n"
             "Stage0Recipe.from_file(sys.argv[1]).run_build(output_dir=sys.argv[2], channels=[],"
-            " no_include_recipe=True)\n"
+            " no_include_recipe=True, package_format=sys.argv[3])\n"
         )
-        command = [sys.executable, "-c", code, str(source / name), str(work / "rattler-out")]
+        command = [
+            sys.executable,
+            "-c",
+            code,
+            str(source / name),
+            str(work / "rattler-out"),
+            f"conda:{level}",
+        ]
         built = work / "rattler-out" / directory.name
     else:
         command = [
@@ -226,45 +236,60 @@ def rewrite_info(
     mtime: int,
 ) -> None:
     """Add info/ files the assembler cannot write (run_exports, sidecar, about extra, prefix
-    placeholders of entry points) by rewriting only the info archive of the .conda."""
+    placeholders of entry points) by rewriting only the info archive of the .conda; the payload
+    archive is streamed across unchanged, so memory does not grow with the package."""
+    rewritten = package.with_name(package.name + ".part")
+    with zipfile.ZipFile(package) as source, zipfile.ZipFile(rewritten, "w") as target:
+        for info in source.infolist():
+            if info.filename.startswith("info-") and info.filename.endswith(".tar.zst"):
+                data = _new_info(
+                    source.read(info), extra_files, about_update, text_prefix_paths, level, mtime
+                )
+                target.writestr(info, data)
+                continue
+            with (
+                source.open(info) as reader,
+                target.open(info, "w", force_zip64=info.file_size >= ZIP64_LIMIT) as writer,
+            ):
+                shutil.copyfileobj(reader, writer, 1 << 20)
+    os.replace(rewritten, package)
+
+
+def _new_info(
+    data: bytes,
+    extra_files: dict[str, bytes],
+    about_update: dict[str, object],
+    text_prefix_paths: set[str],
+    level: int,
+    mtime: int,
+) -> bytes:
     import zstandard
 
-    with zipfile.ZipFile(package) as archive:
-        members = [(info, archive.read(info)) for info in archive.infolist()]
-    rebuilt = []
-    for info, data in members:
-        if info.filename.startswith("info-") and info.filename.endswith(".tar.zst"):
-            raw = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)).read()
-            files: dict[str, tuple[tarfile.TarInfo, bytes]] = {}
-            with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
-                for member in tar.getmembers():
-                    extracted = tar.extractfile(member)
-                    files[member.name] = (member, extracted.read() if extracted else b"")
-            about = json.loads(files["info/about.json"][1])
-            about.update(about_update)
-            files["info/about.json"] = (files["info/about.json"][0], _json(about))
-            paths = json.loads(files["info/paths.json"][1])
-            for entry in paths["paths"]:
-                if entry["_path"] in text_prefix_paths:
-                    entry["prefix_placeholder"] = PLACEHOLDER
-                    entry["file_mode"] = "text"
-            files["info/paths.json"] = (files["info/paths.json"][0], _json(paths))
-            for name, content in extra_files.items():
-                files[name] = (tarfile.TarInfo(name), content)
-            buffer = io.BytesIO()
-            with tarfile.open(fileobj=buffer, mode="w:", format=tarfile.PAX_FORMAT) as tar:
-                for name in sorted(files):
-                    member, content = files[name]
-                    member = tarfile.TarInfo(name)
-                    member.size, member.mtime, member.mode = len(content), mtime, 0o644
-                    member.uid = member.gid = 0
-                    member.uname = member.gname = ""
-                    tar.addfile(member, io.BytesIO(content))
-            data = zstandard.ZstdCompressor(level=level).compress(buffer.getvalue())
-        rebuilt.append((info, data))
-    with zipfile.ZipFile(package, "w") as archive:
-        for info, data in rebuilt:
-            archive.writestr(info, data)
+    raw = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)).read()
+    files: dict[str, bytes] = {}
+    with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
+        for member in tar.getmembers():
+            extracted = tar.extractfile(member)
+            files[member.name] = extracted.read() if extracted else b""
+    about = json.loads(files["info/about.json"])
+    about.update(about_update)
+    files["info/about.json"] = _json(about)
+    paths = json.loads(files["info/paths.json"])
+    for entry in paths["paths"]:
+        if entry["_path"] in text_prefix_paths:
+            entry["prefix_placeholder"] = PLACEHOLDER
+            entry["file_mode"] = "text"
+    files["info/paths.json"] = _json(paths)
+    files.update(extra_files)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:", format=tarfile.PAX_FORMAT) as tar:
+        for name in sorted(files):
+            member = tarfile.TarInfo(name)
+            member.size, member.mtime, member.mode = len(files[name]), mtime, 0o644
+            member.uid = member.gid = 0
+            member.uname = member.gname = ""
+            tar.addfile(member, io.BytesIO(files[name]))
+    return zstandard.ZstdCompressor(level=level).compress(buffer.getvalue())
 
 
 def index_channel(channel: Path) -> None:
