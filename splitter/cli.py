@@ -83,12 +83,34 @@ def progress_bar(enabled: bool) -> Iterator[Progress | None]:
         yield bar
 
 
+def zipfile_names(path: Path) -> list[str]:
+    """Member names of a zip, for a progress total; empty when it cannot be read (the plan
+    reports that properly)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return [n for n in archive.namelist() if not n.endswith("/")]
+    except (OSError, zipfile.BadZipFile):
+        return []
+
+
 def compute_plan(wheel: str | None, recipe_path: Path | None, show_progress: bool) -> Plan:
     """Resolve the input, load the recipe and make the plan, with a progress bar."""
     recipe = load_recipe(recipe_path)
-    path = resolve_input(wheel, recipe)
     with progress_bar(show_progress) as bar:
-        task = bar.add_task("verifying and analysing", total=None) if bar else None
+        task = (
+            bar.add_task("resolving the wheel (pip download when not cached)", total=None)
+            if bar
+            else None
+        )
+        path = resolve_input(wheel, recipe)
+        if bar is not None and task is not None:
+            bar.update(
+                task,
+                description=f"verifying and analysing {path.name}",
+                total=len(zipfile_names(path)),
+            )
 
         def report(stage: str, done: int, total: int) -> None:
             if bar is not None and task is not None:
