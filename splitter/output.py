@@ -58,17 +58,51 @@ def atomic_output(out: Path) -> Iterator[Path]:
             build = staging / "build"
             build.mkdir()
             yield build
+            normalise_modes(build)
             publish(build, out, staging / "old")
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
 
+def normalise_modes(root: Path) -> None:
+    """0755 directories, 0644 files (0755 when executable): outputs must not depend on the
+    builder's umask (077 would otherwise ship private files and directories)."""
+    for directory, subdirs, files in os.walk(root):
+        for name in subdirs:
+            os.chmod(os.path.join(directory, name), 0o755)
+        for name in files:
+            path = os.path.join(directory, name)
+            if not os.path.islink(path):
+                executable = os.stat(path).st_mode & 0o111
+                os.chmod(path, 0o755 if executable else 0o644)
+
+
 def publish(build: Path, out: Path, trash: Path) -> None:
-    """Move every top-level entry of `build` into `out`, replacing what was there."""
-    out.mkdir(exist_ok=True)
+    """Move every top-level entry of `build` into `out`, replacing what was there.
+
+    Killed at any point, `out` never shows a file beside a directory it does not describe
+    (`<pkg>.install` beside `<pkg>/`): old files leave first, directories are swapped next,
+    new files arrive last, each by one rename.
+    """
+    if not out.exists():
+        out.mkdir()
+        out.chmod(0o755)
     trash.mkdir(exist_ok=True)
-    for entry in sorted(build.iterdir()):
+    entries = sorted(build.iterdir())
+    directories = [e for e in entries if e.is_dir() and not e.is_symlink()]
+    files = [e for e in entries if e not in directories]
+    for entry in files if directories else []:
+        _discard(out / entry.name, trash)
+    for entry in directories:
+        _discard(out / entry.name, trash)  # os.replace cannot replace a directory
+        os.replace(entry, out / entry.name)
+    for entry in files:
         destination = out / entry.name
-        if destination.exists() or destination.is_symlink():
-            os.replace(destination, trash / entry.name)
-        os.replace(entry, destination)
+        if destination.is_dir() and not destination.is_symlink():
+            _discard(destination, trash)
+        os.replace(entry, destination)  # atomic over an existing file
+
+
+def _discard(path: Path, trash: Path) -> None:
+    if path.exists() or path.is_symlink():
+        os.replace(path, trash / path.name)

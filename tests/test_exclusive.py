@@ -41,7 +41,7 @@ def dup_plan(real_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Plan
 def outputs(
     dup_plan: Plan, real_plan: Plan, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, dict[str, Path]]:
-    """conda, tree and wheel outputs of the duplicate-plugin wheel (with --guard) and the real one."""
+    """conda, tree and wheel outputs of the dup-plugin wheel (with --guard) and the real one."""
     result: dict[str, dict[str, Path]] = {}
     for label, plan in (("dup", dup_plan), ("real", real_plan)):
         root = tmp_path_factory.mktemp(label)

@@ -304,9 +304,31 @@ def index_channel(channel: Path) -> None:
         "os._exit(0)\n"
     )
     command = [sys.executable, "-c", code, str(channel)]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        command, capture_output=True, text=True, check=False, preexec_fn=die_with_parent
+    )
     if result.returncode != 0 or not any(channel.glob("*/repodata.json")):
         raise ExternalToolError(
             "py-rattler could not index the channel", command, result.returncode, result.stderr
         )
     shutil.rmtree(channel / ".tmp", ignore_errors=True)  # index_fs's scratch directory
+    for repodata in channel.glob("*/repodata.json"):
+        data = json.loads(repodata.read_text())
+        for key in ("packages", "packages.conda"):
+            for record in data.get(key, {}).values():
+                # index_fs stamps the wall clock here; the package's own timestamp keeps
+                # the channel reproducible.
+                if "indexed_timestamp" in record:
+                    record["indexed_timestamp"] = record.get("timestamp", 0)
+        repodata.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def die_with_parent() -> None:
+    """In the child: get SIGKILL when the build that started it dies (PR_SET_PDEATHSIG), so a
+    killed build leaves no indexer writing into its temporary directory."""
+    import contextlib
+    import ctypes
+    import signal
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))

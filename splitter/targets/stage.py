@@ -88,7 +88,7 @@ def stage(
         for count, (path, dest) in enumerate(sorted(destinations.items()), start=1):
             owner = plan.owners[path][0]
             real = safe_join(root_of(owner), dest)
-            real.parent.mkdir(parents=True, exist_ok=True)
+            make_parents(real)
             if path in replaced:
                 real.write_bytes(replaced[path])
             else:
@@ -111,7 +111,7 @@ def stage(
     for package in plan.packages:
         for dest, text, executable in generated_files(plan, package, layout):
             real = safe_join(root_of(package.name), dest)
-            real.parent.mkdir(parents=True, exist_ok=True)
+            make_parents(real)
             real.write_text(text, encoding="utf-8")
             staged[package.name].append(StagedFile(path=dest, real=real, executable=executable))
 
@@ -133,6 +133,19 @@ def stage(
         },
         runpaths=runpaths,
     )
+
+
+def make_parents(path: Path) -> None:
+    """`mkdir -p` of the parent of `path`, each new directory 0755 whatever the umask: a tree
+    staged under umask 077 must not ship 0700 directories."""
+    missing = []
+    parent = path.parent
+    while not parent.is_dir():
+        missing.append(parent)
+        parent = parent.parent
+    for directory in reversed(missing):
+        directory.mkdir(exist_ok=True)
+        directory.chmod(0o755)
 
 
 def relocate(
