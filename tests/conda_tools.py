@@ -8,19 +8,8 @@ from pathlib import Path
 
 from consumer_tools import cache_root
 
-INSTALL = """
-import asyncio, os, sys
-import rattler
-from rattler import RepoDataRecord
+from splitter.verify.install import INSTALL_CONDA
 
-async def main():
-    records = [await RepoDataRecord.from_package_archive(p) for p in sys.argv[2:]]
-    await rattler.install(records, target_prefix=sys.argv[1], show_progress=False)
-
-asyncio.run(main())
-sys.stdout.flush()
-os._exit(0)
-"""
 # What `import executorch.kernels.quantized` and `executorch.runtime` need besides executorch.
 TORCH_VENV_REQUIREMENTS = (
     "torch==2.13.0",
@@ -37,7 +26,7 @@ def install(prefix: Path, packages: list[Path]) -> None:
     """Install `packages` into a fresh prefix without a solver (run deps are not resolvable
     offline); sibling dependencies are checked separately with MatchSpec."""
     result = subprocess.run(
-        [sys.executable, "-c", INSTALL, str(prefix), *map(str, packages)],
+        [sys.executable, "-c", INSTALL_CONDA, str(prefix), *map(str, packages)],
         capture_output=True,
         text=True,
         check=False,

@@ -9,11 +9,9 @@ import os
 import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
-import zstandard
 from conda_tools import install, torch_python
 from consumer_tools import (
     CMAKE_SPECS,
@@ -32,6 +30,7 @@ from splitter.model import Plan
 from splitter.recipe import load_recipe
 from splitter.targets.conda import build_conda
 from splitter.targets.tree import build_tree
+from splitter.verify.install import conda_info_file
 
 pytestmark = pytest.mark.integration
 
@@ -56,20 +55,6 @@ def packages(channel: Path) -> dict[str, Path]:
         name = path.name.rsplit("-", 2)[0]
         found[name] = path
     return found
-
-
-def info_file(package: Path, name: str) -> bytes:
-    """One file of the package's info archive."""
-    import io
-    import tarfile
-
-    with zipfile.ZipFile(package) as archive:
-        member = next(n for n in archive.namelist() if n.startswith("info-"))
-        raw = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(archive.read(member))).read()
-    with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
-        extracted = tar.extractfile(name)
-        assert extracted is not None
-        return extracted.read()
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +106,7 @@ def test_reproducible(real_plan: Plan, channel: Path, tmp_path: Path) -> None:
 
 def test_metadata(channel: Path) -> None:
     found = packages(channel)
-    index = {n: json.loads(info_file(p, "info/index.json")) for n, p in found.items()}
+    index = {n: json.loads(conda_info_file(p, "info/index.json")) for n, p in found.items()}
     assert "__glibc >=2.28" in index[RUNTIME]["depends"]
     assert "libstdcxx >=13" in index[RUNTIME]["depends"]
     export = index[EXPORT]["depends"]
@@ -131,15 +116,15 @@ def test_metadata(channel: Path) -> None:
     assert "python_abi 3.11.* *_cp311" in export
     assert "python-flatbuffers" in export and "numpy >=2.0.0" in export
     assert not any("ethos" in d or "tosa" in d for d in export)  # extras are not run deps
-    assert json.loads(info_file(found[RUNTIME], "info/run_exports.json")) == {
+    assert json.loads(conda_info_file(found[RUNTIME], "info/run_exports.json")) == {
         "weak": [f"{RUNTIME} >=1.5.1,<1.5.2.0a0"]
     }
     for name, path in found.items():
-        sidecar = json.loads(info_file(path, "info/splitter-process-exclusive.json"))
-        about = json.loads(info_file(path, "info/about.json"))
+        sidecar = json.loads(conda_info_file(path, "info/splitter-process-exclusive.json"))
+        about = json.loads(conda_info_file(path, "info/about.json"))
         assert sidecar["schema"] == "splitter.process-exclusive/1", name
         assert about["extra"]["process_exclusive"] == sidecar["pairs"], name
-        assert info_file(path, "info/licenses/LICENSE").startswith(b"BSD License")
+        assert conda_info_file(path, "info/licenses/LICENSE").startswith(b"BSD License")
 
 
 def test_rattler_build_inspector(channel: Path) -> None:
@@ -240,12 +225,12 @@ def test_python_side_from_the_prefix(prefixes: dict[str, Path]) -> None:
 
 
 def paths_json(package: Path) -> dict[str, dict[str, object]]:
-    return {p["_path"]: p for p in json.loads(info_file(package, "info/paths.json"))["paths"]}
+    return {p["_path"]: p for p in json.loads(conda_info_file(package, "info/paths.json"))["paths"]}
 
 
 def comparable_depends(package: Path) -> list[str]:
     """Run dependencies with sibling build strings dropped (each route hashes its own)."""
-    depends = json.loads(info_file(package, "info/index.json"))["depends"]
+    depends = json.loads(conda_info_file(package, "info/index.json"))["depends"]
     return sorted(" ".join(d.split(" ")[:2]) if d.startswith("executorch-") else d for d in depends)
 
 

@@ -55,14 +55,16 @@ def outputs(
 
 def sidecars(outputs: dict[str, Path]) -> list[dict[str, object]]:
     """Every exclusivity record of every package, from all three targets."""
-    from splitter.verify.install import _conda_info
+    from splitter.verify.install import conda_info_file
 
     found = []
     for manifest in sorted(outputs["tree"].glob("*.json")):
         found += json.loads(manifest.read_text())["process_exclusive"]
     for package in sorted(outputs["conda"].glob("*/*.conda")):
-        found += json.loads(_conda_info(package, "info/splitter-process-exclusive.json"))["pairs"]
-        about = json.loads(_conda_info(package, "info/about.json"))
+        found += json.loads(conda_info_file(package, "info/splitter-process-exclusive.json"))[
+            "pairs"
+        ]
+        about = json.loads(conda_info_file(package, "info/about.json"))
         found += about["extra"]["process_exclusive"]
     for wheel in sorted(outputs["wheel"].glob("*.whl")):
         with zipfile.ZipFile(wheel) as archive:

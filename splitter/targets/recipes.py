@@ -99,6 +99,16 @@ def write_support(plan: Plan, staged: Staged, directory: Path) -> None:
         (folder / "runpath.tsv").write_text("".join(runpaths))
 
 
+def run_lines(depends: list[str], siblings: set[str], pin: str) -> list[str]:
+    """YAML list items of run requirements; siblings through the recipe's own exact pin."""
+    lines = []
+    for dep in depends:
+        name = dep.split(" ", 1)[0]
+        item = pin.format(name=q(name)) if name in siblings else q(dep)
+        lines.append(f"        - {item}")
+    return lines
+
+
 def exclusive_json(plan: Plan) -> str:
     """The exclusivity verdicts as one JSON line (valid YAML flow)."""
     return json.dumps([verdict_json(v) for v in plan.exclusive], sort_keys=True)
@@ -143,12 +153,7 @@ def render_rattler_recipe(plan: Plan, builds: dict[str, str], url: str) -> str:
             "    requirements:",
             "      run:",
         ]
-        for dep in depends:
-            name = dep.split(" ", 1)[0]
-            if name in siblings:
-                lines.append(f"        - ${{{{ pin_subpackage({q(name)}, exact=True) }}}}")
-            else:
-                lines.append(f"        - {q(dep)}")
+        lines += run_lines(depends, siblings, "${{{{ pin_subpackage({name}, exact=True) }}}}")
         exports = run_exports(package)
         if exports:
             lines += [
@@ -206,12 +211,11 @@ def render_conda_build_meta(plan: Plan, builds: dict[str, str], url: str) -> str
                 f"          - {{{{ pin_subpackage({q(package.name)}, max_pin='x.x.x') }}}}",
             ]
         lines += ["    requirements:", "      run:"]
-        for dep in conda_depends(plan, package, builds):
-            name = dep.split(" ", 1)[0]
-            if name in siblings:
-                lines.append(f"        - {{{{ pin_subpackage({q(name)}, exact=True) }}}}")
-            else:
-                lines.append(f"        - {q(dep)}")
+        lines += run_lines(
+            conda_depends(plan, package, builds),
+            siblings,
+            "{{{{ pin_subpackage({name}, exact=True) }}}}",
+        )
         lines += [
             "    about:",
             f"      summary: {q(package.summary)}",

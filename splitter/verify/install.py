@@ -83,7 +83,7 @@ def _conda(out: Path, scratch: Path, only: tuple[str, ...] | None) -> Installed:
         raise SplitterError(f"py-rattler could not install {out}: {result.stderr.strip()}")
     verdicts = []
     for package in packages:
-        verdicts += json.loads(_conda_info(package, "info/splitter-process-exclusive.json"))[
+        verdicts += json.loads(conda_info_file(package, "info/splitter-process-exclusive.json"))[
             "pairs"
         ]
     site = next(iter(sorted(prefix.glob("lib/python*/site-packages"))), None)
@@ -98,7 +98,8 @@ def _conda(out: Path, scratch: Path, only: tuple[str, ...] | None) -> Installed:
     )
 
 
-def _conda_info(package: Path, name: str) -> bytes:
+def conda_info_file(package: Path, name: str) -> bytes:
+    """One file of a .conda's info archive (b"{}" when absent)."""
     import zstandard
 
     with zipfile.ZipFile(package) as archive:

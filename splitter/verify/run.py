@@ -143,13 +143,10 @@ def relocation_check(full: Installed, cmakes: list[Path], scratch: Path) -> Chec
     """A consumer installed beside the libraries still runs after the whole tree moves."""
     modern = [c for c in cmakes if cmake_version(c) >= (3, 28)]
     if not modern or QUANTIZED not in full.packages:
-        return Check(
-            check="relocation",
-            subject="-",
-            expected="runs after a move",
-            outcome="skipped",
-            status="skip",
-            detail="needs CMake >= 3.28 ($ORIGIN link options) and kernels-quantized",
+        return skipped(
+            "relocation",
+            "runs after a move",
+            "needs CMake >= 3.28 ($ORIGIN link options) and kernels-quantized",
         )
     copy = scratch / "relocate" / "before"
     shutil.copytree(full.root, copy, symlinks=True)
@@ -183,25 +180,22 @@ def relocation_check(full: Installed, cmakes: list[Path], scratch: Path) -> Chec
     )
 
 
+def skipped(check: str, expected: str, reason: str) -> Check:
+    """A check that could not run here, with the reason."""
+    return Check(
+        check=check, subject="-", expected=expected, outcome="skipped", status="skip", detail=reason
+    )
+
+
 def python_check(full: Installed, torch_python: Path | None) -> Check:
     """executorch.runtime from the installed export side gives the shipped output."""
     if full.sitedir is None or not (full.sitedir / "executorch" / "runtime").exists():
-        return Check(
-            check="model (Python)",
-            subject="-",
-            expected="identical output",
-            outcome="skipped",
-            status="skip",
-            detail="the export package is not built",
-        )
+        return skipped("model (Python)", "identical output", "the export package is not built")
     if torch_python is None:
-        return Check(
-            check="model (Python)",
-            subject="-",
-            expected="identical output",
-            outcome="skipped",
-            status="skip",
-            detail="needs torch: pass --python with torch 2.13 importable",
+        return skipped(
+            "model (Python)",
+            "identical output",
+            "needs torch: pass --python with torch 2.13 importable",
         )
     run = run_model_python(torch_python, full.sitedir)
     same = run.returncode == 0 and run.stdout == expected_output()
