@@ -5,35 +5,23 @@ Shared by the tree target (one DESTDIR per package) and the conda target (prefix
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
-import stat
+import shutil
+import threading
 import zipfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from splitter.binaries.relocate import compute_runpath, external_dirs, set_runpath
 from splitter.binaries.resolve import check_resolved
-from splitter.cmake import (
-    BASE_DEFINITIONS,
-    CONFIG,
-    FRAGMENT,
-    RUNTIME_COMPONENT,
-    VERSION,
-    CMakeLayout,
-    render_config,
-    render_exclusive,
-    render_fragment,
-    render_pkgconfig,
-    render_version,
-)
 from splitter.errors import SplitterError
 from splitter.guard import guard_files
 from splitter.layout import Layout, install_path
-from splitter.model import BinaryInfo, PackagePlan, Plan
-from splitter.report import verdict_json
+from splitter.model import BinaryInfo, Plan
+from splitter.targets.generated import generated_files
 from splitter.wheel import safe_join
 
 RUNTIME_SONAME = "libexecutorch.so"
@@ -83,22 +71,15 @@ def stage(
     entries = {e.path: e for e in plan.wheel.entries}
     replaced, added = guard_files(plan) if guard else ({}, {})
     staged: dict[str, list[StagedFile]] = {p.name: [] for p in plan.packages}
-    total = len(destinations)
-    with zipfile.ZipFile(plan.wheel.path) as archive:
-        for count, (path, dest) in enumerate(sorted(destinations.items()), start=1):
-            owner = plan.owners[path][0]
-            real = safe_join(root_of(owner), dest)
-            make_parents(real)
-            if path in replaced:
-                real.write_bytes(replaced[path])
-            else:
-                with archive.open(path) as source, real.open("wb") as target:
-                    while chunk := source.read(1 << 20):
-                        target.write(chunk)
-            executable = entries[path].executable or plan.binary(path) is not None
-            staged[owner].append(StagedFile(path=dest, real=real, executable=executable))
-            if progress is not None and count % 200 == 0:
-                progress("stage", count, total)
+    jobs: list[tuple[str, Path]] = []
+    for path, dest in sorted(destinations.items()):
+        owner = plan.owners[path][0]
+        real = safe_join(root_of(owner), dest)
+        make_parents(real)
+        executable = entries[path].executable or plan.binary(path) is not None
+        staged[owner].append(StagedFile(path=dest, real=real, executable=executable))
+        jobs.append((path, real))
+    extract(plan.wheel.path, jobs, replaced, {e.path: e.size for e in plan.wheel.entries}, progress)
 
     for path, data in added.items():
         owner = plan.owners[posixpath.join(posixpath.dirname(path), "__init__.py")][0]
@@ -135,6 +116,44 @@ def stage(
     )
 
 
+WORKERS = 2
+
+
+def extract(
+    wheel: Path,
+    jobs: list[tuple[str, Path]],
+    replaced: dict[str, bytes],
+    sizes: dict[str, int],
+    progress: Progress | None,
+) -> None:
+    """Write each (wheel path, destination); inflating releases the GIL, so two workers with
+    their own handle on the zip halve the wall time on two cores (measured)."""
+    buckets: list[list[tuple[str, Path]]] = [[] for _ in range(WORKERS)]
+    load = [0] * WORKERS
+    for job in sorted(jobs, key=lambda j: -sizes[j[0]]):
+        lightest = load.index(min(load))
+        buckets[lightest].append(job)
+        load[lightest] += sizes[job[0]]
+    done = [0]
+    lock = threading.Lock()
+
+    def work(bucket: list[tuple[str, Path]]) -> None:
+        with zipfile.ZipFile(wheel) as archive:
+            for path, real in bucket:
+                if path in replaced:
+                    real.write_bytes(replaced[path])
+                else:
+                    with archive.open(path) as source, real.open("wb") as target:
+                        shutil.copyfileobj(source, target, 1 << 20)
+                with lock:
+                    done[0] += 1
+                    if progress is not None and done[0] % 200 == 0:
+                        progress("stage", done[0], len(jobs))
+
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        list(pool.map(work, buckets))
+
+
 def make_parents(path: Path) -> None:
     """`mkdir -p` of the parent of `path`, each new directory 0755 whatever the umask: a tree
     staged under umask 077 must not ship 0700 directories."""
@@ -168,8 +187,14 @@ def relocate(
             system = posixpath.relpath(layout.libdir, posixpath.dirname(dest) or ".")
             drop = {"$ORIGIN" if system == "." else f"$ORIGIN/{system}"}
             runpath = tuple(e for e in runpath if e not in drop)
-        set_runpath(root_of(plan.owners[binary.path][0]) / dest, runpath)
         written[dest] = runpath
+    files = {
+        dest: root_of(plan.owners[b.path][0]) / dest
+        for b in plan.binaries
+        if (dest := destinations[b.path])
+    }
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:  # one patchelf process per file
+        list(pool.map(lambda dest: set_runpath(files[dest], written[dest]), sorted(written)))
     return written
 
 
@@ -182,147 +207,3 @@ def runpath_for(
 ) -> tuple[str, ...]:
     """The RUNPATH to write; a module-level hook so a test can break it and see the build fail."""
     return compute_runpath(binary, dest, targets, ext_dirs, externals)
-
-
-def generated_files(
-    plan: Plan, package: PackagePlan, layout: Layout
-) -> list[tuple[str, str, bool]]:
-    """CMake config, pkg-config and console scripts for one package: (path, text, executable)."""
-    out: list[tuple[str, str, bool]] = []
-    libraries = library_names(plan)
-    providers = {
-        c: p.name for p in plan.packages for c in p.cmake_components if c != RUNTIME_COMPONENT
-    }
-    cmake_layout = CMakeLayout(
-        to_libdir=posixpath.relpath(layout.libdir, layout.cmakedir),
-        to_includedir=posixpath.relpath(layout.includedir, layout.cmakedir),
-        libdir_from_bindir=posixpath.relpath(layout.libdir, layout.bindir),
-    )
-    for component in package.cmake_components:
-        if component == RUNTIME_COMPONENT:
-            out.append(
-                (
-                    f"{layout.cmakedir}/{CONFIG}",
-                    render_config(
-                        build_version=plan.build_version,
-                        runtime_library=libraries[component],
-                        runtime_package=package.name,
-                        providers=providers,
-                        layout=cmake_layout,
-                    ),
-                    False,
-                )
-            )
-            out.append(
-                (
-                    f"{layout.cmakedir}/{VERSION}",
-                    render_version(plan.wheel.version, plan.build_version),
-                    False,
-                )
-            )
-        else:
-            out.append(
-                (
-                    f"{layout.cmakedir}/{FRAGMENT.format(name=component)}",
-                    render_fragment(
-                        component,
-                        libraries[component],
-                        package.name,
-                        render_exclusive(component, exclusive_pairs(plan, libraries[component])),
-                    ),
-                    False,
-                )
-            )
-    to_prefix = posixpath.relpath(".", layout.pkgconfigdir)
-    if RUNTIME_COMPONENT in package.cmake_components:
-        retained = tuple(
-            _link_name(libraries[c]) for c in package.cmake_components if c != RUNTIME_COMPONENT
-        )
-        definitions = BASE_DEFINITIONS + (
-            ("ET_USE_THREADPOOL",) if "threadpool" in package.cmake_components else ()
-        )
-        out.append(
-            (
-                f"{layout.pkgconfigdir}/executorch.pc",
-                render_pkgconfig(
-                    name="executorch",
-                    description=package.summary,
-                    version=plan.wheel.version,
-                    to_prefix=to_prefix,
-                    libdir=layout.libdir,
-                    includedir=layout.includedir,
-                    libs=(_link_name(libraries[RUNTIME_COMPONENT]),),
-                    retained=retained,
-                    definitions=definitions,
-                ),
-                False,
-            )
-        )
-    elif package.cmake_components:
-        out.append(
-            (
-                f"{layout.pkgconfigdir}/{package.name}.pc",
-                render_pkgconfig(
-                    name=package.name,
-                    description=package.summary,
-                    version=plan.wheel.version,
-                    to_prefix=to_prefix,
-                    libdir=layout.libdir,
-                    includedir=layout.includedir,
-                    libs=(),
-                    retained=tuple(_link_name(libraries[c]) for c in package.cmake_components),
-                    requires=f"executorch = {plan.wheel.version}",
-                    cflags=False,
-                ),
-                False,
-            )
-        )
-    if package.python:
-        for name, target in plan.wheel.console_scripts:
-            out.append(
-                (f"{layout.bindir}/{name}", console_script(target, layout.interpreter), True)
-            )
-    return out
-
-
-def exclusive_pairs(plan: Plan, library: str) -> list[tuple[str, bool, str, str]]:
-    """Verdicts touching the shipped library `library`, in render_exclusive's form."""
-    pairs = []
-    for verdict in plan.exclusive:
-        names = (verdict.first.rsplit("/", 1)[-1], verdict.second.rsplit("/", 1)[-1])
-        if library not in names:
-            continue
-        other = names[1] if names[0] == library else names[0]
-        operator = verdict.operators[0] if verdict.operators else ""
-        data = json.dumps(verdict_json(verdict), sort_keys=True, separators=(",", ":"))
-        pairs.append((other, verdict.in_effect, operator, data))
-    return pairs
-
-
-def library_names(plan: Plan) -> dict[str, str]:
-    """CMake component -> library file name, from the recipe and the shipped files."""
-    shipped = {p.rsplit("/", 1)[-1] for p in plan.owners if p.startswith("executorch/lib/")}
-    return {c.name: c.library for c in plan.recipe.components if c.library in shipped}
-
-
-def _link_name(library: str) -> str:
-    stem = library.split(".so", 1)[0]
-    return stem[3:] if stem.startswith("lib") else stem
-
-
-def console_script(target: str, interpreter: str) -> str:
-    """A console-script launcher like pip's, for `module:function`."""
-    module, _, function = target.partition(":")
-    head = function.split(".")[0]
-    return (
-        f"#!{interpreter}\n"
-        "import sys\n"
-        f"from {module} import {head}\n"
-        "if __name__ == '__main__':\n"
-        f"    sys.exit({function}())\n"
-    )
-
-
-def mode_of(executable: bool) -> int:
-    """The normalised permission bits of a staged file."""
-    return stat.S_IFREG | (0o755 if executable else 0o644)

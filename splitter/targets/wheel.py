@@ -33,7 +33,8 @@ from splitter.guard import guard_files
 from splitter.model import PackagePlan, Plan
 from splitter.output import atomic_output
 from splitter.targets.condameta import exclusivity_sidecar
-from splitter.targets.stage import Progress, exclusive_pairs, library_names
+from splitter.targets.generated import exclusive_pairs, library_names
+from splitter.targets.stage import Progress
 
 # Upstream installs its config in both places; the core finds the package root relative to it.
 CMAKE_DIRS = {

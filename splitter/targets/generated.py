@@ -1,0 +1,162 @@
+"""Files each package gets that the wheel does not carry: CMake config, pkg-config, launchers."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+
+from splitter.cmake import (
+    BASE_DEFINITIONS,
+    CONFIG,
+    FRAGMENT,
+    RUNTIME_COMPONENT,
+    VERSION,
+    CMakeLayout,
+    render_config,
+    render_exclusive,
+    render_fragment,
+    render_pkgconfig,
+    render_version,
+)
+from splitter.layout import Layout
+from splitter.model import PackagePlan, Plan
+from splitter.report import verdict_json
+
+
+def generated_files(
+    plan: Plan, package: PackagePlan, layout: Layout
+) -> list[tuple[str, str, bool]]:
+    """CMake config, pkg-config and console scripts for one package: (path, text, executable)."""
+    out: list[tuple[str, str, bool]] = []
+    libraries = library_names(plan)
+    providers = {
+        c: p.name for p in plan.packages for c in p.cmake_components if c != RUNTIME_COMPONENT
+    }
+    cmake_layout = CMakeLayout(
+        to_libdir=posixpath.relpath(layout.libdir, layout.cmakedir),
+        to_includedir=posixpath.relpath(layout.includedir, layout.cmakedir),
+        libdir_from_bindir=posixpath.relpath(layout.libdir, layout.bindir),
+    )
+    for component in package.cmake_components:
+        if component == RUNTIME_COMPONENT:
+            out.append(
+                (
+                    f"{layout.cmakedir}/{CONFIG}",
+                    render_config(
+                        build_version=plan.build_version,
+                        runtime_library=libraries[component],
+                        runtime_package=package.name,
+                        providers=providers,
+                        layout=cmake_layout,
+                    ),
+                    False,
+                )
+            )
+            out.append(
+                (
+                    f"{layout.cmakedir}/{VERSION}",
+                    render_version(plan.wheel.version, plan.build_version),
+                    False,
+                )
+            )
+        else:
+            out.append(
+                (
+                    f"{layout.cmakedir}/{FRAGMENT.format(name=component)}",
+                    render_fragment(
+                        component,
+                        libraries[component],
+                        package.name,
+                        render_exclusive(component, exclusive_pairs(plan, libraries[component])),
+                    ),
+                    False,
+                )
+            )
+    to_prefix = posixpath.relpath(".", layout.pkgconfigdir)
+    if RUNTIME_COMPONENT in package.cmake_components:
+        retained = tuple(
+            _link_name(libraries[c]) for c in package.cmake_components if c != RUNTIME_COMPONENT
+        )
+        definitions = BASE_DEFINITIONS + (
+            ("ET_USE_THREADPOOL",) if "threadpool" in package.cmake_components else ()
+        )
+        out.append(
+            (
+                f"{layout.pkgconfigdir}/executorch.pc",
+                render_pkgconfig(
+                    name="executorch",
+                    description=package.summary,
+                    version=plan.wheel.version,
+                    to_prefix=to_prefix,
+                    libdir=layout.libdir,
+                    includedir=layout.includedir,
+                    libs=(_link_name(libraries[RUNTIME_COMPONENT]),),
+                    retained=retained,
+                    definitions=definitions,
+                ),
+                False,
+            )
+        )
+    elif package.cmake_components:
+        out.append(
+            (
+                f"{layout.pkgconfigdir}/{package.name}.pc",
+                render_pkgconfig(
+                    name=package.name,
+                    description=package.summary,
+                    version=plan.wheel.version,
+                    to_prefix=to_prefix,
+                    libdir=layout.libdir,
+                    includedir=layout.includedir,
+                    libs=(),
+                    retained=tuple(_link_name(libraries[c]) for c in package.cmake_components),
+                    requires=f"executorch = {plan.wheel.version}",
+                    cflags=False,
+                ),
+                False,
+            )
+        )
+    if package.python:
+        for name, target in plan.wheel.console_scripts:
+            out.append(
+                (f"{layout.bindir}/{name}", console_script(target, layout.interpreter), True)
+            )
+    return out
+
+
+def exclusive_pairs(plan: Plan, library: str) -> list[tuple[str, bool, str, str]]:
+    """Verdicts touching the shipped library `library`, in render_exclusive's form."""
+    pairs = []
+    for verdict in plan.exclusive:
+        names = (verdict.first.rsplit("/", 1)[-1], verdict.second.rsplit("/", 1)[-1])
+        if library not in names:
+            continue
+        other = names[1] if names[0] == library else names[0]
+        operator = verdict.operators[0] if verdict.operators else ""
+        data = json.dumps(verdict_json(verdict), sort_keys=True, separators=(",", ":"))
+        pairs.append((other, verdict.in_effect, operator, data))
+    return pairs
+
+
+def library_names(plan: Plan) -> dict[str, str]:
+    """CMake component -> library file name, from the recipe and the shipped files."""
+    shipped = {p.rsplit("/", 1)[-1] for p in plan.owners if p.startswith("executorch/lib/")}
+    return {c.name: c.library for c in plan.recipe.components if c.library in shipped}
+
+
+def _link_name(library: str) -> str:
+    stem = library.split(".so", 1)[0]
+    return stem[3:] if stem.startswith("lib") else stem
+
+
+def console_script(target: str, interpreter: str) -> str:
+    """A console-script launcher like pip's, for `module:function`."""
+    module, _, function = target.partition(":")
+    head = function.split(".")[0]
+    return (
+        f"#!{interpreter}\n"
+        "import sys\n"
+        f"from {module} import {head}\n"
+        "if __name__ == '__main__':\n"
+        f"    sys.exit({function}())\n"
+    )
