@@ -42,11 +42,16 @@ def make_plan(wheel_path: Path, recipe: Recipe, progress: Progress | None = None
     build_version: list[str] = []
     seen = 0
 
-    def visit(path: str, data: bytes) -> None:
+    def wants(path: str, head: bytes) -> bool:
+        return is_elf(head) or path == VERSION_FILE
+
+    def visit(path: str, data: bytes | None) -> None:
         nonlocal seen
         seen += 1
         if progress is not None and seen % 256 == 0:
             progress("verify", seen, 0)
+        if data is None:
+            return
         if is_elf(data):
             binaries.append(analyse_elf(path, data))
         elif path == VERSION_FILE:
@@ -54,7 +59,7 @@ def make_plan(wheel_path: Path, recipe: Recipe, progress: Progress | None = None
             if match:
                 build_version.append(match.group(1).decode("ascii"))
 
-    wheel = read_wheel(wheel_path, visit)
+    wheel = read_wheel(wheel_path, visit, wants)
     check_supported(wheel, recipe)
     owners = assign_owners(wheel, recipe)
     check_components(wheel, recipe)

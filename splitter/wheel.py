@@ -30,7 +30,8 @@ SUSPECT_SIZE = 1 << 20
 MAX_TOTAL = 8 << 30
 CHUNK = 1 << 20
 
-Visitor = Callable[[str, bytes], None]
+Visitor = Callable[[str, "bytes | None"], None]  # bytes only for members `wants` selects
+Wants = Callable[[str, bytes], bool]  # (name, first chunk) -> keep the member's bytes?
 
 
 def record_hash(data: bytes) -> str:
@@ -75,8 +76,9 @@ def _real_dir(directory: str) -> Path:
     return Path(directory).resolve()
 
 
-def read_wheel(path: Path, visit: Visitor | None = None) -> WheelInfo:
-    """Open `path`, verify it completely and describe it; `visit` sees each verified file."""
+def read_wheel(path: Path, visit: Visitor | None = None, wants: Wants | None = None) -> WheelInfo:
+    """Open `path`, verify it completely and describe it; `visit` sees each verified file,
+    with its bytes when `wants(name, first chunk)` asked for them."""
     try:
         parse_wheel_filename(path.name)
     except InvalidWheelFilename as exc:
@@ -87,7 +89,7 @@ def read_wheel(path: Path, visit: Visitor | None = None) -> WheelInfo:
         with path.open("rb") as handle:
             file_sha = hashlib.file_digest(handle, "sha256").hexdigest()
         with _open_zip(path) as archive:
-            return _read_archive(path, archive, file_sha, visit)
+            return _read_archive(path, archive, file_sha, visit, wants)
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
         raise InvalidWheel(f"corrupt or truncated wheel ({exc}): {path}") from exc
     except OSError as exc:
@@ -103,7 +105,11 @@ def _open_zip(path: Path) -> zipfile.ZipFile:
 
 
 def _read_archive(
-    path: Path, archive: zipfile.ZipFile, file_sha: str, visit: Visitor | None
+    path: Path,
+    archive: zipfile.ZipFile,
+    file_sha: str,
+    visit: Visitor | None,
+    wants: Wants | None,
 ) -> WheelInfo:
     infos: dict[str, zipfile.ZipInfo] = {}
     total = 0
@@ -148,19 +154,18 @@ def _read_archive(
     for name in sorted(infos):
         info = infos[name]
         expected_hash, expected_size = record[name]
-        data = _read_member(archive, info)
-        digest = hashlib.sha256(data).digest()
+        digest, size, data = _stream_member(archive, info, wants)
         if expected_hash:
             actual = "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
             if actual != expected_hash:
                 raise InvalidWheel(f"hash mismatch against RECORD ({actual}): {name}")
-        if expected_size is not None and expected_size != len(data):
-            raise InvalidWheel(f"size mismatch against RECORD ({len(data)} bytes): {name}")
+        if expected_size is not None and expected_size != size:
+            raise InvalidWheel(f"size mismatch against RECORD ({size} bytes): {name}")
         mode = info.external_attr >> 16
         entries.append(
             WheelEntry(
                 path=name,
-                size=len(data),
+                size=size,
                 sha256=digest.hex(),
                 executable=bool(mode & 0o111),
             )
@@ -213,6 +218,32 @@ def _find_dist_info(path: Path, infos: dict[str, zipfile.ZipInfo]) -> str:
         if f"{root}/{required}" not in infos:
             raise InvalidWheel(f"wheel has no {root}/{required}: {path}")
     return root
+
+
+def _stream_member(
+    archive: zipfile.ZipFile, info: zipfile.ZipInfo, wants: Wants | None
+) -> tuple[bytes, int, bytes | None]:
+    """sha256, size and, when `wants(name, first chunk)`, the bytes of one member; other
+    members are hashed chunk by chunk, so memory does not grow with the largest file."""
+    digest = hashlib.sha256()
+    size = 0
+    kept: list[bytes] | None = None
+    try:
+        with archive.open(info) as stream:
+            while chunk := stream.read(CHUNK):
+                if size == 0 and wants is not None and wants(info.filename, chunk):
+                    kept = []
+                digest.update(chunk)
+                size += len(chunk)
+                if kept is not None:
+                    kept.append(chunk)
+                if size > info.file_size:
+                    raise InvalidWheel(f"entry inflates past its declared size: {info.filename}")
+    except (zipfile.BadZipFile, zlib.error, EOFError, UnicodeDecodeError) as exc:
+        raise InvalidWheel(f"corrupt entry in the wheel ({exc}): {info.filename}") from exc
+    if size == 0 and wants is not None and wants(info.filename, b""):
+        kept = []
+    return digest.digest(), size, None if kept is None else b"".join(kept)
 
 
 def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
