@@ -21,7 +21,7 @@ from splitter.verify.consumer import (  # noqa: F401  (re-exported for the tests
 # Spec given to pip for each CMake under test; "system" is the machine's own (3.25 here).
 CMAKE_SPECS = {
     "3.24": "cmake==3.24.*",
-    "3.25": "system",
+    "3.25": "cmake==3.25.*",  # the machine's own cmake when that is 3.25
     "3.28": "cmake==3.28.*",
     "4.x": "cmake==4.*",
 }
@@ -35,10 +35,12 @@ def cache_root() -> Path:
 def cmake_executable(label: str) -> Path:
     """A cmake binary of the given version line, installed from PyPI once into the cache."""
     spec = CMAKE_SPECS[label]
-    if spec == "system":
-        found = shutil.which("cmake")
-        assert found, "the system cmake is required"
-        return Path(found)
+    system = shutil.which("cmake")
+    # Check the version itself: a venv's own cmake wheel could shadow the system one on PATH.
+    if system and label[0].isdigit() and "x" not in label:
+        wanted = tuple(int(part) for part in label.split("."))
+        if cmake_version(Path(system)) == wanted:
+            return Path(system)
     target = cache_root() / "cmake" / label
     binary = target / "cmake" / "data" / "bin" / "cmake"
     if not binary.exists():
