@@ -9,7 +9,6 @@ The variables keep the consumer contract of upstream's 1.5.1 config.
 
 from __future__ import annotations
 
-import posixpath
 from dataclasses import dataclass
 
 CONFIG = "executorch-config.cmake"
@@ -39,11 +38,6 @@ def bracket(text: str) -> str:
     while (text + f"]{'=' * level}]").find(f"]{'=' * level}]") != len(text):
         level += 1
     return f"[{'=' * level}[{text}]{'=' * level}]"
-
-
-def relative(from_dir: str, to_dir: str) -> str:
-    """POSIX relative path between two prefix-relative directories."""
-    return posixpath.relpath(to_dir or ".", from_dir or ".")
 
 
 def render_version(version: str, build_version: str) -> str:

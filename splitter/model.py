@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -205,13 +204,3 @@ class Plan:
             if info.path == path:
                 return info
         return None
-
-    def entry(self, path: str) -> WheelEntry:
-        """The verified wheel entry at `path`."""
-        for entry in self.wheel.entries:
-            if entry.path == path:
-                return entry
-        raise KeyError(path)
-
-
-JSON = dict[str, Any]

@@ -8,6 +8,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from splitter.binaries.elf import analyse_elf, is_elf
@@ -122,8 +123,6 @@ def check_supported(wheel: WheelInfo, recipe: Recipe) -> None:
             f"wheel is not {recipe.project} (it is {wheel.name} {wheel.version}; recipe "
             f"{recipe.path.name} splits {recipe.project} {recipe.supported}): {wheel.path}"
         )
-    from packaging.specifiers import SpecifierSet
-
     if Version(wheel.version) not in SpecifierSet(recipe.supported):
         has_lib = any(e.path.startswith("executorch/lib/") for e in wheel.entries)
         why = (

@@ -35,8 +35,12 @@ Wants = Callable[[str, bytes], bool]  # (name, first chunk) -> keep the member's
 
 
 def record_hash(data: bytes) -> str:
+    """The RECORD form of the sha256 of `data`."""
+    return record_digest(hashlib.sha256(data).digest())
+
+
+def record_digest(digest: bytes) -> str:
     """The RECORD form of a sha256 digest: urlsafe base64 without padding."""
-    digest = hashlib.sha256(data).digest()
     return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
@@ -156,7 +160,7 @@ def _read_archive(
         expected_hash, expected_size = record[name]
         digest, size, data = _stream_member(archive, info, wants)
         if expected_hash:
-            actual = "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+            actual = record_digest(digest)
             if actual != expected_hash:
                 raise InvalidWheel(f"hash mismatch against RECORD ({actual}): {name}")
         if expected_size is not None and expected_size != size:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import zipfile
 from pathlib import Path
+
+from splitter.wheel import record_hash
 
 METADATA = """Metadata-Version: 2.1
 Name: {name}
@@ -17,11 +17,6 @@ Generator: splitter-tests
 Root-Is-Purelib: false
 Tag: {tag}
 """
-
-
-def record_hash(data: bytes) -> str:
-    """RECORD form of sha256."""
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
 def make_wheel(

@@ -21,10 +21,8 @@ This module recreates the old, broken shape from the 1.5.1 wheel:
 
 from __future__ import annotations
 
-import base64
 import copy
 import csv
-import hashlib
 import io
 import shlex
 import shutil
@@ -32,6 +30,8 @@ import subprocess
 import tempfile
 import zipfile
 from pathlib import Path
+
+from splitter.wheel import record_hash
 
 PLUGIN_SOURCE = Path(__file__).parent / "data" / "dup_plugin" / "dup_plugin.cpp"
 PLUGIN_ARCNAME = "executorch/kernels/quantized/libquantized_ops_aot_lib.so"
@@ -53,12 +53,6 @@ _LIBEXECUTORCH = "executorch/lib/libexecutorch.so"
 
 class DupPluginBuildError(RuntimeError):
     """The fixture plugin could not be compiled or linked."""
-
-
-def record_hash(data: bytes) -> str:
-    """The RECORD hash of ``data``: ``sha256=`` + urlsafe base64 without padding."""
-    digest = hashlib.sha256(data).digest()
-    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
 def compile_command(unpacked_executorch_dir: Path, output: Path) -> list[str]:

@@ -14,7 +14,6 @@ import json
 import shutil
 from pathlib import Path
 
-from splitter.layout import install_path
 from splitter.model import Plan
 from splitter.report import verdict_json
 from splitter.targets.condameta import conda_depends, run_exports
@@ -75,18 +74,13 @@ def write_support(plan: Plan, staged: Staged, directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "install.sh").write_text(INSTALL_SH)
     (directory / "install.sh").chmod(0o755)
-    sources = {}
-    for path, (owner, _) in plan.owners.items():
-        dest = install_path(path, staged.layout, plan.wheel.dist_info)
-        if dest is not None:
-            sources[(owner, dest)] = path
     for package in plan.packages:
         folder = directory / package.name
         folder.mkdir()
         rows, runpaths = [], []
         for item in staged.packages[package.name]:
-            source = sources.get((package.name, item.path))
-            if source is None:
+            source = item.source
+            if not source:
                 target = folder / "generated" / item.path
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(item.real, target)

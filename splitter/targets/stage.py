@@ -35,6 +35,7 @@ class StagedFile:
     path: str
     real: Path
     executable: bool
+    source: str = ""  # the wheel path it was copied from unchanged; "" when generated
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,7 +78,8 @@ def stage(
         real = safe_join(root_of(owner), dest)
         make_parents(real)
         executable = entries[path].executable or plan.binary(path) is not None
-        staged[owner].append(StagedFile(path=dest, real=real, executable=executable))
+        source = "" if path in replaced else path
+        staged[owner].append(StagedFile(path=dest, real=real, executable=executable, source=source))
         jobs.append((path, real))
     extract(plan.wheel.path, jobs, replaced, {e.path: e.size for e in plan.wheel.entries}, progress)
 

@@ -8,8 +8,6 @@ console scripts.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import stat
 import zipfile
@@ -35,6 +33,7 @@ from splitter.output import atomic_output
 from splitter.targets.condameta import exclusivity_sidecar
 from splitter.targets.generated import exclusive_pairs, library_names
 from splitter.targets.stage import Progress
+from splitter.wheel import record_hash
 
 # Upstream installs its config in both places; the core finds the package root relative to it.
 CMAKE_DIRS = {
@@ -61,12 +60,13 @@ def build_wheels(
 ) -> list[Path]:
     """Write OUT/<name>-<version>-<tag>.whl for each package; atomic and reproducible."""
     written = []
+    guarded = guard_files(plan) if guard else ({}, {})
     with atomic_output(out) as build, zipfile.ZipFile(plan.wheel.path) as source:
         for index, package in enumerate(plan.packages, start=1):
             if progress is not None:
                 progress(f"wheel {package.name}", index, len(plan.packages))
-            files = payload(plan, package, source, guard_files(plan) if guard else ({}, {}))
-            path = write_wheel(plan, package, files, build)
+            files = payload(plan, package, source, guarded)
+            path = write_wheel(plan, package, files, source, build)
             written.append(out / path.name)
     return written
 
@@ -166,20 +166,23 @@ def metadata(plan: Plan, package: PackagePlan) -> bytes:
 
 
 def write_wheel(
-    plan: Plan, package: PackagePlan, files: dict[str, tuple[bytes, bool]], directory: Path
+    plan: Plan,
+    package: PackagePlan,
+    files: dict[str, tuple[bytes, bool]],
+    source: zipfile.ZipFile,
+    directory: Path,
 ) -> Path:
     """A reproducible wheel: sorted entries, fixed timestamps and modes, RECORD last."""
     tag = wheel_tag(plan, package)
     name = dist_name(package)
     dist_info = f"{name}-{package.version}.dist-info"
-    with zipfile.ZipFile(plan.wheel.path) as source:
-        licenses = {
-            f"{dist_info}/licenses/{p.rsplit('/', 1)[-1]}": (source.read(p), False)
-            for p in plan.wheel.license_files
-        }
-        top_level = f"{plan.wheel.dist_info}/top_level.txt"
-        if package.python and top_level in source.namelist():
-            licenses[f"{dist_info}/top_level.txt"] = (source.read(top_level), False)
+    licenses = {
+        f"{dist_info}/licenses/{p.rsplit('/', 1)[-1]}": (source.read(p), False)
+        for p in plan.wheel.license_files
+    }
+    top_level = f"{plan.wheel.dist_info}/top_level.txt"
+    if package.python and top_level in plan.owners:
+        licenses[f"{dist_info}/top_level.txt"] = (source.read(top_level), False)
     meta = {
         **licenses,
         f"{dist_info}/METADATA": (metadata(plan, package), False),
@@ -199,7 +202,7 @@ def write_wheel(
         lines = ["[console_scripts]"] + [f"{k} = {v}" for k, v in plan.wheel.console_scripts]
         meta[f"{dist_info}/entry_points.txt"] = (("\n".join(lines) + "\n").encode(), False)
     ordered = sorted(files.items()) + sorted(meta.items())
-    record = [f"{path},{_hash(data)},{len(data)}" for path, (data, _) in ordered]
+    record = [f"{path},{record_hash(data)},{len(data)}" for path, (data, _) in ordered]
     record.append(f"{dist_info}/RECORD,,")
     ordered.append((f"{dist_info}/RECORD", (("\n".join(record) + "\n").encode(), False)))
     path = directory / f"{name}-{package.version}-{tag}.whl"
@@ -212,11 +215,6 @@ def write_wheel(
             info.create_system = 3
             archive.writestr(info, data)
     return path
-
-
-def _hash(data: bytes) -> str:
-    digest = hashlib.sha256(data).digest()
-    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
 def _zip_time(epoch: int) -> tuple[int, int, int, int, int, int]:
