@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from enum import Enum
@@ -25,6 +25,7 @@ from splitter.model import Plan
 from splitter.plan import make_plan
 from splitter.recipe import load_recipe
 from splitter.report import plan_json
+from splitter.scratch import wheel_scratch
 from splitter.targets.conda import DEFAULT_LEVEL, build_conda
 from splitter.targets.tree import build_tree
 from splitter.targets.wheel import build_wheels
@@ -95,8 +96,14 @@ def zipfile_names(path: Path) -> list[str]:
         return []
 
 
-def compute_plan(wheel: str | None, recipe_path: Path | None, show_progress: bool) -> Plan:
-    """Resolve the input, load the recipe and make the plan, with a progress bar."""
+def compute_plan(
+    wheel: str | None,
+    recipe_path: Path | None,
+    show_progress: bool,
+    unpack: Callable[[Path], Path] | None = None,
+) -> Plan:
+    """Resolve the input, load the recipe and make the plan, with a progress bar; `unpack`
+    maps the resolved wheel to a directory to write its verified files into."""
     recipe = load_recipe(recipe_path)
     with progress_bar(show_progress) as bar:
         task = (
@@ -116,7 +123,7 @@ def compute_plan(wheel: str | None, recipe_path: Path | None, show_progress: boo
             if bar is not None and task is not None:
                 bar.update(task, completed=done)
 
-        return make_plan(path, recipe, report)
+        return make_plan(path, recipe, report, unpack(path) if unpack else None)
 
 
 @app.command()
@@ -240,26 +247,34 @@ def build(
     as_json: JsonOpt = False,
 ) -> None:
     """Build the packages of the plan for one target."""
-    result = compute_plan(wheel, recipe, not as_json)
     out_dir = output or Path("dist") / target.value
-    with progress_bar(not as_json) as bar:
-        task = bar.add_task(f"building {target.value}", total=None) if bar else None
+    one_pass = target is Target.conda and backend == "assemble"
+    with wheel_scratch() as unpack:  # conda: the plan's one inflating pass feeds staging
+        result = compute_plan(wheel, recipe, not as_json, unpack if one_pass else None)
+        with progress_bar(not as_json) as bar:
+            task = bar.add_task(f"building {target.value}", total=None) if bar else None
 
-        def report(stage: str, done: int, total: int) -> None:
-            if bar is not None and task is not None:
-                bar.update(task, completed=done, total=total or None, description=stage)
+            def report(stage: str, done: int, total: int) -> None:
+                if bar is not None and task is not None:
+                    bar.update(task, completed=done, total=total or None, description=stage)
 
-        if target is Target.conda:
-            written = build_conda(
-                result, out_dir, compression_level, progress=report, backend=backend, guard=guard
-            )
-        elif target is Target.wheel:
-            written = build_wheels(result, out_dir, report, guard)
-        elif target is Target.tree:
-            layout = make_layout(result.wheel, prefix, libdir, includedir, sitedir)
-            written = build_tree(result, out_dir, layout, rpath, report, guard)
-        else:
-            raise SplitterError(f"--target {target.value} is not available yet")
+            if target is Target.conda:
+                written = build_conda(
+                    result,
+                    out_dir,
+                    compression_level,
+                    progress=report,
+                    backend=backend,
+                    guard=guard,
+                    unpacked=unpack.directory,
+                )
+            elif target is Target.wheel:
+                written = build_wheels(result, out_dir, report, guard)
+            elif target is Target.tree:
+                layout = make_layout(result.wheel, prefix, libdir, includedir, sitedir)
+                written = build_tree(result, out_dir, layout, rpath, report, guard)
+            else:
+                raise SplitterError(f"--target {target.value} is not available yet")
     if as_json:
         print(
             json.dumps(

@@ -37,8 +37,11 @@ VERSION_FILE = "executorch/version.py"
 VERSION_ASSIGNMENT = re.compile(rb"__version__\s*=\s*['\"]([A-Za-z0-9.+!_-]+)['\"]")
 
 
-def make_plan(wheel_path: Path, recipe: Recipe, progress: Progress | None = None) -> Plan:
-    """Read and verify the wheel, analyse its binaries and decide the split."""
+def make_plan(
+    wheel_path: Path, recipe: Recipe, progress: Progress | None = None, unpack: Path | None = None
+) -> Plan:
+    """Read and verify the wheel, analyse its binaries and decide the split; with `unpack`,
+    the verified files are also written there (see read_wheel)."""
     binaries: list[BinaryInfo] = []
     build_version: list[str] = []
     seen = 0
@@ -60,7 +63,7 @@ def make_plan(wheel_path: Path, recipe: Recipe, progress: Progress | None = None
             if match:
                 build_version.append(match.group(1).decode("ascii"))
 
-    wheel = read_wheel(wheel_path, visit, wants)
+    wheel = read_wheel(wheel_path, visit, wants, unpack)
     check_supported(wheel, recipe)
     owners = assign_owners(wheel, recipe)
     check_components(wheel, recipe)

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import base64
 import calendar
+import contextlib
 import csv
 import hashlib
 import io
 import os
+import queue
 import stat
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from email.parser import HeaderParser
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from packaging.metadata import Metadata
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
@@ -29,6 +33,9 @@ SUSPECT_RATIO = 200
 SUSPECT_SIZE = 1 << 20
 MAX_TOTAL = 8 << 30
 CHUNK = 1 << 20
+READERS = 2  # inflating threads: zlib and hashlib release the GIL
+WINDOW_BYTES = 16 << 20  # members in flight between the readers and the visitor
+WINDOW_MEMBERS = 256
 
 Visitor = Callable[[str, "bytes | None"], None]  # bytes only for members `wants` selects
 Wants = Callable[[str, bytes], bool]  # (name, first chunk) -> keep the member's bytes?
@@ -80,9 +87,15 @@ def _real_dir(directory: str) -> Path:
     return Path(directory).resolve()
 
 
-def read_wheel(path: Path, visit: Visitor | None = None, wants: Wants | None = None) -> WheelInfo:
+def read_wheel(
+    path: Path,
+    visit: Visitor | None = None,
+    wants: Wants | None = None,
+    unpack: Path | None = None,
+) -> WheelInfo:
     """Open `path`, verify it completely and describe it; `visit` sees each verified file,
-    with its bytes when `wants(name, first chunk)` asked for them."""
+    with its bytes when `wants(name, first chunk)` asked for them. With `unpack`, every file
+    is also written to `unpack/<name>` as it streams past, so a build inflates the wheel once."""
     try:
         parse_wheel_filename(path.name)
     except InvalidWheelFilename as exc:
@@ -93,7 +106,7 @@ def read_wheel(path: Path, visit: Visitor | None = None, wants: Wants | None = N
         with path.open("rb") as handle:
             file_sha = hashlib.file_digest(handle, "sha256").hexdigest()
         with _open_zip(path) as archive:
-            return _read_archive(path, archive, file_sha, visit, wants)
+            return _read_archive(path, archive, file_sha, visit, wants, unpack)
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
         raise InvalidWheel(f"corrupt or truncated wheel ({exc}): {path}") from exc
     except OSError as exc:
@@ -114,6 +127,7 @@ def _read_archive(
     file_sha: str,
     visit: Visitor | None,
     wants: Wants | None,
+    unpack: Path | None,
 ) -> WheelInfo:
     infos: dict[str, zipfile.ZipInfo] = {}
     total = 0
@@ -155,10 +169,9 @@ def _read_archive(
         raise InvalidWheel(f"file not listed in RECORD: {unlisted[0]}")
 
     entries = []
-    for name in sorted(infos):
+    for name, (digest, size, data) in _stream_all(path, infos, wants, unpack):
         info = infos[name]
         expected_hash, expected_size = record[name]
-        digest, size, data = _stream_member(archive, info, wants)
         if expected_hash:
             actual = record_digest(digest)
             if actual != expected_hash:
@@ -224,16 +237,64 @@ def _find_dist_info(path: Path, infos: dict[str, zipfile.ZipInfo]) -> str:
     return root
 
 
+def _stream_all(
+    path: Path, infos: dict[str, zipfile.ZipInfo], wants: Wants | None, unpack: Path | None
+) -> Iterator[tuple[str, tuple[bytes, int, bytes | None]]]:
+    """(name, member result) in name order, inflated and hashed by two threads (zlib and
+    hashlib release the GIL); members are read in windows so the bytes kept for `wants` and
+    not yet visited stay bounded whatever the wheel's size."""
+    names = sorted(infos)
+    targets: dict[str, Path] = {}
+    if unpack is not None:
+        for name in names:
+            targets[name] = safe_join(unpack, name)
+        for directory in sorted({t.parent for t in targets.values()}):
+            directory.mkdir(parents=True, exist_ok=True)
+    handles: queue.SimpleQueue[zipfile.ZipFile] = queue.SimpleQueue()
+    opened = [zipfile.ZipFile(path) for _ in range(READERS)]
+    for handle in opened:
+        handles.put(handle)
+
+    def one(name: str) -> tuple[bytes, int, bytes | None]:
+        handle = handles.get()
+        try:
+            return _stream_member(handle, infos[name], wants, targets.get(name))
+        finally:
+            handles.put(handle)
+
+    try:
+        with ThreadPoolExecutor(max_workers=READERS) as pool:
+            for window in _windows(names, infos):
+                yield from zip(window, pool.map(one, window), strict=True)
+    finally:
+        for handle in opened:
+            handle.close()
+
+
+def _windows(names: list[str], infos: dict[str, zipfile.ZipInfo]) -> Iterator[list[str]]:
+    window: list[str] = []
+    size = 0
+    for name in names:
+        window.append(name)
+        size += infos[name].file_size
+        if size >= WINDOW_BYTES or len(window) >= WINDOW_MEMBERS:
+            yield window
+            window, size = [], 0
+    if window:
+        yield window
+
+
 def _stream_member(
-    archive: zipfile.ZipFile, info: zipfile.ZipInfo, wants: Wants | None
+    archive: zipfile.ZipFile, info: zipfile.ZipInfo, wants: Wants | None, target: Path | None
 ) -> tuple[bytes, int, bytes | None]:
     """sha256, size and, when `wants(name, first chunk)`, the bytes of one member; other
-    members are hashed chunk by chunk, so memory does not grow with the largest file."""
+    members are hashed chunk by chunk, so memory does not grow with the largest file. With
+    `target`, the bytes are also written there."""
     digest = hashlib.sha256()
     size = 0
     kept: list[bytes] | None = None
     try:
-        with archive.open(info) as stream:
+        with archive.open(info) as stream, _sink(target) as sink:
             while chunk := stream.read(CHUNK):
                 if size == 0 and wants is not None and wants(info.filename, chunk):
                     kept = []
@@ -243,11 +304,17 @@ def _stream_member(
                     kept.append(chunk)
                 if size > info.file_size:
                     raise InvalidWheel(f"entry inflates past its declared size: {info.filename}")
+                if sink is not None:
+                    sink.write(chunk)
     except (zipfile.BadZipFile, zlib.error, EOFError, UnicodeDecodeError) as exc:
         raise InvalidWheel(f"corrupt entry in the wheel ({exc}): {info.filename}") from exc
     if size == 0 and wants is not None and wants(info.filename, b""):
         kept = []
     return digest.digest(), size, None if kept is None else b"".join(kept)
+
+
+def _sink(target: Path | None) -> contextlib.AbstractContextManager[BinaryIO | None]:
+    return target.open("wb") if target is not None else contextlib.nullcontext()
 
 
 def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:

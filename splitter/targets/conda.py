@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import io
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
-import tarfile
 import zipfile
+from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -18,6 +18,15 @@ from splitter.errors import ExternalToolError, SplitterError
 from splitter.layout import Layout, default_sitedir
 from splitter.model import Plan
 from splitter.output import atomic_output
+from splitter.scratch import scratch_dir
+from splitter.targets.assemble import (
+    PLACEHOLDER,
+    AssembleJob,
+    assemble,
+    die_with_parent,
+    rewrite_info,
+    start_workers,
+)
 from splitter.targets.condameta import (
     build_string,
     conda_depends,
@@ -28,10 +37,9 @@ from splitter.targets.condameta import (
 from splitter.targets.recipes import source_url, write_recipes
 from splitter.targets.stage import Progress, Staged, stage
 
-PLACEHOLDER = "/opt/anaconda1anaconda2anaconda3"
 SIDECAR = "info/splitter-process-exclusive.json"
 DEFAULT_LEVEL = 9
-ZIP64_LIMIT = 0xFFFFFFFF
+WORKERS = 2  # assembler processes
 
 
 def conda_layout(plan: Plan) -> Layout:
@@ -52,12 +60,15 @@ def build_conda(
     progress: Progress | None = None,
     backend: str = "assemble",
     guard: bool = False,
+    unpacked: Path | None = None,
 ) -> list[Path]:
     """Write OUT/<subdir>/*.conda, the channel's repodata, and the rebuild recipes; atomic.
 
     `assemble` (default) packages the staged trees with rattler-build's assembler and is
     byte-reproducible; `rattler-build` and `conda-build` build the generated recipes instead,
-    from the local wheel, as a packager's own infrastructure would.
+    from the local wheel, as a packager's own infrastructure would. `unpacked` is the verified
+    tree make_plan wrote into a scratch directory (scratch_dir); staging moves files out of it
+    and works beside it.
     """
     if backend not in BACKENDS:
         raise SplitterError(f"--backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
@@ -71,22 +82,48 @@ def build_conda(
     subdir = conda_subdir(plan.wheel.platform_tag)
     layout = conda_layout(plan)
     builds = {p.name: build_string(plan, p) for p in plan.packages}
-    with atomic_output(out) as build:
-        work = build.parent / "work"
-        staged = stage(
-            plan, layout, lambda name: work / "stage" / name, "relative", progress, guard
-        )
-        write_recipes(plan, staged, build / "recipes", builds)
-        (build / subdir).mkdir()
-        if backend == "assemble":
-            assemble_all(
-                plan, staged, build / subdir, builds, work, compression_level, threads, progress
+    need = sum(p.bytes for p in plan.packages)
+    with atomic_output(out) as build, _scratch(need, unpacked) as work:
+        pool = start_workers(min(WORKERS, len(plan.packages))) if backend == "assemble" else None
+        try:
+            staged = stage(
+                plan,
+                layout,
+                lambda name: work / "stage" / name,
+                "relative",
+                progress,
+                guard,
+                unpacked,
             )
-        else:
-            build_recipe(plan, build / "recipes", backend, build / subdir, work, compression_level)
+            write_recipes(plan, staged, build / "recipes", builds)
+            (build / subdir).mkdir()
+            if pool is not None:
+                assemble_all(
+                    plan,
+                    staged,
+                    build / subdir,
+                    builds,
+                    work,
+                    compression_level,
+                    threads,
+                    pool,
+                    progress,
+                )
+            else:
+                build_recipe(
+                    plan, build / "recipes", backend, build / subdir, work, compression_level
+                )
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
         index_channel(build)
         written = sorted(str(p.relative_to(build)) for p in build.rglob("*") if p.is_file())
     return [out / name for name in written]
+
+
+def _scratch(need: int, unpacked: Path | None) -> contextlib.AbstractContextManager[Path]:
+    """The scratch directory holding `unpacked`, else a new one."""
+    return contextlib.nullcontext(unpacked.parent) if unpacked else scratch_dir(need)
 
 
 def assemble_all(
@@ -97,48 +134,52 @@ def assemble_all(
     work: Path,
     compression_level: int,
     threads: int,
+    pool: ProcessPoolExecutor,
     progress: Progress | None,
 ) -> None:
-    """One .conda per package with rattler-build's assembler, then the info additions."""
-    import rattler_build
-
+    """One .conda per package with rattler-build's assembler (largest first, in the worker
+    processes), then the info additions."""
     layout = staged.layout
     timestamp = datetime.fromtimestamp(plan.wheel.timestamp, tz=timezone.utc)
-    licenses = _extract_licenses(plan, work / "licenses")
-    for index, package in enumerate(plan.packages, start=1):
-        if progress is not None:
-            progress(f"assembling {package.name}", index, len(plan.packages))
-        entries = [
-            rattler_build.FileEntry.from_paths(f.real, f.path)
-            for f in staged.packages[package.name]
-        ]
-        try:
-            output = rattler_build.assemble_package(
+    licenses = tuple(str(p) for p in _extract_licenses(plan, work / "licenses"))
+    (work / "tmp").mkdir()
+    packages = sorted(plan.packages, key=lambda p: (-p.bytes, p.name))
+    futures = {
+        package.name: pool.submit(
+            assemble,
+            AssembleJob(
                 name=package.name,
                 version=package.version,
                 target_platform=directory.name,
                 build_string=builds[package.name],
                 output_dir=str(directory),
-                files=entries,
+                files=tuple((str(f.real), f.path) for f in staged.packages[package.name]),
                 homepage=plan.wheel.home or None,
                 license=plan.wheel.license or None,
                 summary=package.summary,
                 description=f"{package.summary}. Split by splitter from "
                 f"{plan.wheel.filename} (sha256 {plan.wheel.sha256}).",
-                depends=conda_depends(plan, package, builds),
-                license_files=[str(p) for p in licenses],
+                depends=tuple(conda_depends(plan, package, builds)),
+                license_files=licenses,
                 compression_level=compression_level,
                 compression_threads=threads,
                 timestamp=timestamp,
-                detect_prefix=False,
-            )
-        except rattler_build.RattlerBuildError as exc:
+                tmpdir=str(work / "tmp"),
+            ),
+        )
+        for package in packages
+    }
+    for index, package in enumerate(plan.packages, start=1):
+        path, error = futures[package.name].result()
+        if error:
             raise ExternalToolError(
                 f"rattler-build could not assemble {package.name}",
                 ["assemble_package", package.name],
                 1,
-                str(exc),
-            ) from exc
+                error,
+            )
+        if progress is not None:
+            progress(f"assembled {package.name}", index, len(plan.packages))
         sidecar = exclusivity_sidecar(plan, package)
         extra_files = {SIDECAR: _json(sidecar)}
         exports = run_exports(package)
@@ -148,7 +189,7 @@ def assemble_all(
             f"{layout.bindir}/{name}" for name, _ in plan.wheel.console_scripts if package.python
         }
         rewrite_info(
-            Path(output.path),
+            Path(path),
             extra_files,
             {
                 "extra": {
@@ -227,71 +268,6 @@ def _extract_licenses(plan: Plan, directory: Path) -> list[Path]:
     return paths
 
 
-def rewrite_info(
-    package: Path,
-    extra_files: dict[str, bytes],
-    about_update: dict[str, object],
-    text_prefix_paths: set[str],
-    level: int,
-    mtime: int,
-) -> None:
-    """Add info/ files the assembler cannot write (run_exports, sidecar, about extra, prefix
-    placeholders of entry points) by rewriting only the info archive of the .conda; the payload
-    archive is streamed across unchanged, so memory does not grow with the package."""
-    rewritten = package.with_name(package.name + ".part")
-    with zipfile.ZipFile(package) as source, zipfile.ZipFile(rewritten, "w") as target:
-        for info in source.infolist():
-            if info.filename.startswith("info-") and info.filename.endswith(".tar.zst"):
-                data = _new_info(
-                    source.read(info), extra_files, about_update, text_prefix_paths, level, mtime
-                )
-                target.writestr(info, data)
-                continue
-            with (
-                source.open(info) as reader,
-                target.open(info, "w", force_zip64=info.file_size >= ZIP64_LIMIT) as writer,
-            ):
-                shutil.copyfileobj(reader, writer, 1 << 20)
-    os.replace(rewritten, package)
-
-
-def _new_info(
-    data: bytes,
-    extra_files: dict[str, bytes],
-    about_update: dict[str, object],
-    text_prefix_paths: set[str],
-    level: int,
-    mtime: int,
-) -> bytes:
-    import zstandard
-
-    raw = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)).read()
-    files: dict[str, bytes] = {}
-    with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
-        for member in tar.getmembers():
-            extracted = tar.extractfile(member)
-            files[member.name] = extracted.read() if extracted else b""
-    about = json.loads(files["info/about.json"])
-    about.update(about_update)
-    files["info/about.json"] = _json(about)
-    paths = json.loads(files["info/paths.json"])
-    for entry in paths["paths"]:
-        if entry["_path"] in text_prefix_paths:
-            entry["prefix_placeholder"] = PLACEHOLDER
-            entry["file_mode"] = "text"
-    files["info/paths.json"] = _json(paths)
-    files.update(extra_files)
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:", format=tarfile.PAX_FORMAT) as tar:
-        for name in sorted(files):
-            member = tarfile.TarInfo(name)
-            member.size, member.mtime, member.mode = len(files[name]), mtime, 0o644
-            member.uid = member.gid = 0
-            member.uname = member.gname = ""
-            tar.addfile(member, io.BytesIO(files[name]))
-    return zstandard.ZstdCompressor(level=level).compress(buffer.getvalue())
-
-
 def index_channel(channel: Path) -> None:
     """Write repodata.json with py-rattler, in a subprocess (index_fs can crash at exit)."""
     code = (
@@ -321,14 +297,3 @@ def index_channel(channel: Path) -> None:
                 if "indexed_timestamp" in record:
                     record["indexed_timestamp"] = record.get("timestamp", 0)
         repodata.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-
-
-def die_with_parent() -> None:
-    """In the child: get SIGKILL when the build that started it dies (PR_SET_PDEATHSIG), so a
-    killed build leaves no indexer writing into its temporary directory."""
-    import contextlib
-    import ctypes
-    import signal
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))

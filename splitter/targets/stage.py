@@ -54,8 +54,12 @@ def stage(
     rpath: str = "relative",
     progress: Progress | None = None,
     guard: bool = False,
+    unpacked: Path | None = None,
 ) -> Staged:
-    """Write each package under `root_of(package)` (the prefix directory), then relocate."""
+    """Write each package under `root_of(package)` (the prefix directory), then relocate.
+
+    Files come from the wheel, or, with `unpacked` (the verified tree make_plan wrote, on the
+    same file system as the roots), are moved out of that tree."""
     if rpath not in ("relative", "strip"):
         raise SplitterError(f"--rpath must be 'relative' or 'strip', not {rpath!r}")
     if rpath == "strip" and not layout.system_libdir():
@@ -81,7 +85,11 @@ def stage(
         source = "" if path in replaced else path
         staged[owner].append(StagedFile(path=dest, real=real, executable=executable, source=source))
         jobs.append((path, real))
-    extract(plan.wheel.path, jobs, replaced, {e.path: e.size for e in plan.wheel.entries}, progress)
+    if unpacked is None:
+        sizes = {e.path: e.size for e in plan.wheel.entries}
+        extract(plan.wheel.path, jobs, replaced, sizes, progress)
+    else:
+        move(unpacked, jobs, replaced)
 
     for path, data in added.items():
         owner = plan.owners[posixpath.join(posixpath.dirname(path), "__init__.py")][0]
@@ -154,6 +162,15 @@ def extract(
 
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         list(pool.map(work, buckets))
+
+
+def move(unpacked: Path, jobs: list[tuple[str, Path]], replaced: dict[str, bytes]) -> None:
+    """Rename each (wheel path, destination) out of the unpacked tree."""
+    for path, real in jobs:
+        if path in replaced:
+            real.write_bytes(replaced[path])
+        else:
+            os.replace(safe_join(unpacked, path), real)
 
 
 def make_parents(path: Path) -> None:
