@@ -2,9 +2,10 @@
 
 Usage: python ci/bench.py [WHEEL] [--repeat N] [--level L] [--skip-rattler] [--skip-synthetic]
 
-Each command runs in a fresh subprocess; its wall time (best of N) and peak RSS (wait4) are
-printed beside a baseline measured here, with the target. Nothing is asserted: these are
-figures for the notes, not tests.
+Each command runs in a fresh subprocess, alternating with its baseline; its wall time (best
+of N), its largest single-process RSS (wait4), the summed PSS of it and its worker processes,
+and the growth of /dev/shm (scratch on tmpfs) are printed beside the baseline, with the
+target. Nothing is asserted: these are figures for the notes, not tests.
   plan            vs listing the zip
   build conda     vs the floor (unzip, then one tar | zstd -L -T2 per package payload), and vs
                   rattler-build building the generated recipe at the same level
@@ -21,8 +22,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 PY = sys.executable
@@ -44,64 +49,145 @@ RATTLER = (
 )
 
 
-def run(command: list[str], cwd: Path | None = None) -> tuple[float, float]:
-    """Wall seconds and peak RSS in MB of one subprocess run (children included)."""
+@dataclass(frozen=True, slots=True)
+class Measure:
+    """One command's figures: wall seconds; the largest single-process peak RSS (wait4); the
+    peak summed PSS of the process and all its children (worker processes included); and
+    the peak growth of /dev/shm (scratch on tmpfs is memory too)."""
+
+    seconds: float
+    rss: float
+    tree: float
+    shm: float
+
+
+def _children(root: int) -> list[int]:
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
+                    ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            parents.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(parents.get(pid, []))
+    return found
+
+
+def _pss_mb(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as rollup:
+                for line in rollup:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1])
+                        break
+        except OSError:
+            continue
+    return total / 1024
+
+
+def _shm_used() -> int:
+    try:
+        stat = os.statvfs("/dev/shm")
+    except OSError:
+        return 0
+    return (stat.f_blocks - stat.f_bfree) * stat.f_frsize
+
+
+def run(command: list[str], env: dict[str, str] | None = None) -> Measure:
+    """Figures of one subprocess run, sampled every 20 ms."""
+    shm_before = _shm_used()
     start = time.perf_counter()
-    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    peaks = [0.0, 0.0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.02):
+            peaks[0] = max(peaks[0], _pss_mb(_children(process.pid)))
+            peaks[1] = max(peaks[1], (_shm_used() - shm_before) / 1e6)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
     _, status, usage = os.wait4(process.pid, 0)
     elapsed = time.perf_counter() - start
+    done.set()
+    sampler.join()
     if os.waitstatus_to_exitcode(status) != 0:
         stderr = process.stderr.read().decode() if process.stderr else ""
         raise SystemExit(f"benchmark command failed: {' '.join(command)}\n{stderr}")
-    return elapsed, usage.ru_maxrss / 1024
+    return Measure(elapsed, usage.ru_maxrss / 1024, peaks[0], peaks[1])
 
 
-def best(command: list[str], repeat: int, cwd: Path | None = None) -> tuple[float, float]:
-    """Best wall time and worst peak memory over `repeat` runs."""
-    results = [run(command, cwd) for _ in range(repeat)]
-    return min(r[0] for r in results), max(r[1] for r in results)
+def best(runs: list[Measure]) -> Measure:
+    """Best wall time, worst memory."""
+    return Measure(
+        min(r.seconds for r in runs),
+        max(r.rss for r in runs),
+        max(r.tree for r in runs),
+        max(r.shm for r in runs),
+    )
+
+
+def paired(
+    first: Callable[[], Measure], second: Callable[[], Measure], repeat: int
+) -> tuple[Measure, Measure]:
+    """Alternate the two (a baseline and a command) so drifting load hits both alike."""
+    a, b = [], []
+    for _ in range(repeat):
+        a.append(first())
+        b.append(second())
+    return best(a), best(b)
 
 
 def row(
     label: str,
-    measured: tuple[float, float],
-    baseline: tuple[float, float] | None = None,
+    measured: Measure,
+    baseline: Measure | None = None,
     base_label: str = "",
     target: str = "",
 ) -> None:
     """Print one line: time, memory, ratio against the baseline, target."""
-    seconds, memory = measured
-    ratio = f"{seconds / baseline[0]:5.2f}x {base_label} ({baseline[0]:.2f} s)" if baseline else ""
-    print(f"{label:<36} {seconds:7.2f} s {memory:7.1f} MB peak  {ratio:<34} {target}", flush=True)
+    ratio = (
+        f"{measured.seconds / baseline.seconds:5.2f}x {base_label} ({baseline.seconds:.2f} s)"
+        if baseline
+        else ""
+    )
+    memory = f"{measured.rss:6.1f} MB rss {measured.tree:6.1f} MB all {measured.shm:6.1f} MB shm"
+    print(f"{label:<40} {measured.seconds:6.2f} s  {memory}  {ratio:<32} {target}", flush=True)
 
 
-def build(wheel: str, target: str, level: int, repeat: int) -> tuple[float, float]:
-    """Time `splitter build` of one target into a fresh directory."""
-    with tempfile.TemporaryDirectory() as scratch:
-        command = [
-            PY,
-            "-m",
-            "splitter",
-            "-q",
-            "build",
-            wheel,
-            "--target",
-            target,
-            "-o",
-            f"{scratch}/out",
-        ]
+def build(wheel: str, target: str, level: int, scratch: str | None = None) -> Measure:
+    """One `splitter build` of a target into a fresh directory (scratch: $SPLITTER_SCRATCH)."""
+    env = {**os.environ, "SPLITTER_SCRATCH": scratch} if scratch else None
+    with tempfile.TemporaryDirectory() as directory:
+        command = [PY, "-m", "splitter", "-q", "build", wheel, "--target", target]
+        command += ["-o", f"{directory}/out"]
         if target == "conda":
             command += ["--compression-level", str(level)]
-        return best(command, repeat)
+        return run(command, env)
 
 
-def floor(wheel: str, level: int, repeat: int) -> tuple[float, float]:
-    """The unzip-and-compress floor."""
-    with tempfile.TemporaryDirectory() as scratch:
-        return best(["bash", "-c", FLOOR.format(wheel=wheel, level=level, dir=scratch)], repeat)
+def floor(wheel: str, level: int, base: str | None = None) -> Measure:
+    """The unzip-and-compress floor, unpacking under `base` (a tmpfs or disk directory)."""
+    with tempfile.TemporaryDirectory(dir=base) as directory:
+        return run(["bash", "-c", FLOOR.format(wheel=wheel, level=level, dir=directory)])
 
 
-def rattler_recipe(wheel: str, level: int) -> tuple[float, float]:
+def unzip(wheel: str) -> Measure:
+    """Plain unzip to disk."""
+    with tempfile.TemporaryDirectory() as directory:
+        return run(["unzip", "-q", "-o", wheel, "-d", directory])
+
+
+def rattler_recipe(wheel: str, level: int) -> Measure:
     """rattler-build building splitter's generated recipe from the local wheel (one run)."""
     with tempfile.TemporaryDirectory() as scratch:
         subprocess.run(
@@ -177,30 +263,47 @@ def main() -> None:
 
         wheel = str(resolve_input(wheel, load_recipe()))
     print(
-        f"input: {wheel} ({Path(wheel).stat().st_size / 1e6:.1f} MB), best of {args.repeat}, "
-        f"zstd level {args.level}, {os.cpu_count()} cores"
+        f"input: {wheel} ({Path(wheel).stat().st_size / 1e6:.1f} MB), best of {args.repeat} "
+        f"(each baseline alternating with its command), zstd level {args.level}, "
+        f"{os.cpu_count()} cores"
     )
-    listing = best(
-        [PY, "-c", f"import zipfile; zipfile.ZipFile({wheel!r}).infolist()"], args.repeat
+    repeat = args.repeat
+    listing, plan = paired(
+        lambda: run([PY, "-c", f"import zipfile; zipfile.ZipFile({wheel!r}).infolist()"]),
+        lambda: run([PY, "-m", "splitter", "-q", "plan", wheel, "--json"]),
+        repeat,
     )
     row("baseline: list the zip", listing)
-    with tempfile.TemporaryDirectory() as scratch:
-        unzip = best(["unzip", "-q", "-o", wheel, "-d", scratch], args.repeat)
-    row("baseline: unzip", unzip)
-    base_floor = floor(wheel, args.level, args.repeat)
-    row(f"baseline: floor (unzip, zstd -{args.level})", base_floor)
-    plan = best([PY, "-m", "splitter", "-q", "plan", wheel, "--json"], args.repeat)
     row("splitter plan --json", plan, listing, "list", "target: well under 2 s, < 200 MB")
-    conda = build(wheel, "conda", args.level, args.repeat)
-    row("splitter build --target conda", conda, base_floor, "floor", "target: <= 1.5x, < 200 MB")
-    for target in ("wheel", "tree"):
-        row(
-            f"splitter build --target {target}",
-            build(wheel, target, args.level, args.repeat),
-            unzip,
-            "unzip",
-            "target: < 200 MB",
+
+    # splitter's scratch goes to /dev/shm when it is a tmpfs with room: compare it with the
+    # floor unpacking there too, and with scratch and floor both on disk.
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    conda: Measure | None = None
+    for label, base in (("tmpfs", shm), ("disk", tempfile.gettempdir())):
+        if base is None:
+            continue
+        base_floor, measured = paired(
+            partial(floor, wheel, args.level, base),
+            partial(build, wheel, "conda", args.level, base),
+            repeat,
         )
+        row(f"baseline: floor on {label} (unzip, zstd -{args.level})", base_floor)
+        row(
+            f"splitter build --target conda, {label}",
+            measured,
+            base_floor,
+            "floor",
+            "target: <= 1.5x, < 200 MB",
+        )
+        conda = conda or measured
+    assert conda is not None
+    for target in ("wheel", "tree"):
+        base_unzip, measured = paired(
+            partial(unzip, wheel), partial(build, wheel, target, args.level), repeat
+        )
+        row("baseline: unzip (disk)", base_unzip)
+        row(f"splitter build --target {target}", measured, base_unzip, "unzip", "target: < 200 MB")
     if not args.skip_rattler and shutil.which("unzip"):
         rattler = rattler_recipe(wheel, args.level)
         row(
@@ -214,9 +317,9 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as scratch:
             big = synthetic(wheel, 10, Path(scratch))
             print(f"synthetic: {Path(big).stat().st_size / 1e6:.1f} MB, 10x the payload")
-            big_plan = best([PY, "-m", "splitter", "-q", "plan", big, "--json"], 1)
+            big_plan = run([PY, "-m", "splitter", "-q", "plan", big, "--json"])
             row("10x: splitter plan --json", big_plan, plan, "1x plan", "target: ~10x (linear)")
-            big_conda = build(big, "conda", args.level, 1)
+            big_conda = build(big, "conda", args.level)
             row(
                 "10x: splitter build --target conda",
                 big_conda,

@@ -45,16 +45,23 @@ BUILD_TIMEOUT = 300
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Sandbox:
-    """Where the builds run: a private copy of the wheel, a fake $HOME and $TMPDIR."""
+    """Where the builds run: a private copy of the wheel, a fake $HOME, $TMPDIR and
+    $SPLITTER_SCRATCH."""
 
     root: Path
     wheel: Path
     home: Path
     tmpdir: Path
+    scratch: Path
 
     @property
     def env(self) -> dict[str, str]:
-        return {**os.environ, "HOME": str(self.home), "TMPDIR": str(self.tmpdir)}
+        return {
+            **os.environ,
+            "HOME": str(self.home),
+            "TMPDIR": str(self.tmpdir),
+            "SPLITTER_SCRATCH": str(self.scratch),
+        }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -264,10 +271,10 @@ def sandbox(real_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Sandb
         os.link(real_wheel, wheel)
     except OSError:
         shutil.copy2(real_wheel, wheel)
-    home, tmpdir = root / "home-probe", root / "tmpdir-probe"
-    home.mkdir()
-    tmpdir.mkdir()
-    return Sandbox(root=root, wheel=wheel, home=home, tmpdir=tmpdir)
+    home, tmpdir, scratch = root / "home-probe", root / "tmpdir-probe", root / "scratch"
+    for directory in (home, tmpdir, scratch):
+        directory.mkdir()
+    return Sandbox(root=root, wheel=wheel, home=home, tmpdir=tmpdir, scratch=scratch)
 
 
 @pytest.fixture(scope="module")
@@ -305,6 +312,7 @@ def test_sigkill_at_any_time_leaves_no_partial_package(
         killed_while_staging.append(
             process.returncode == -signal.SIGKILL and bool(staging_dirs(out))
         )
+        assert not survivors(process.pid), "a helper process outlived the killed build"
         reap(process)
         check_complete(target, out)
     assert any(killed_while_staging), "no kill landed while the build was staging"
@@ -314,6 +322,26 @@ def test_sigkill_at_any_time_leaves_no_partial_package(
     check_complete(target, out)
     assert listing(out) == listing(reference.out)
     assert [p.name for p in out.parent.iterdir()] == ["out"]
+    assert not list(sandbox.scratch.iterdir()), "scratch of the killed builds was not reaped"
+
+
+def survivors(group: int, wait: float = 10.0) -> list[int]:
+    """Live (not zombie) processes still in the build's process group after `wait` seconds."""
+    deadline = time.monotonic() + wait
+    while True:
+        alive = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                fields = (Path("/proc") / entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[2]) == group and fields[0] != "Z":
+                alive.append(int(entry))
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.1)
 
 
 PUBLISH = r"""
@@ -474,6 +502,7 @@ def test_failed_build_leaves_output_untouched(
     assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
     assert snapshot(out) == before
     assert sorted(p.name for p in out.parent.iterdir()) == beside
+    assert not list(sandbox.scratch.iterdir()), "a failed build left scratch behind"
 
 
 # 3. Concurrent builds into one OUT.

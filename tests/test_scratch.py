@@ -1,0 +1,84 @@
+"""Scratch directories: where they go, and that a killed build's scratch is reaped while a
+running build's is not (real processes, real SIGKILL)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from splitter import scratch
+from splitter.errors import OutputError
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from splitter.scratch import scratch_dir
+with scratch_dir(0) as directory:
+    (directory / "payload").write_bytes(b"x" * 4096)
+    print(directory, flush=True)
+    time.sleep(600)
+"""
+
+
+def hold(env: dict[str, str]) -> tuple[subprocess.Popen[str], Path]:
+    """A process inside scratch_dir, and its directory."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", HOLD], stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert process.stdout is not None
+    directory = Path(process.stdout.readline().strip())
+    process.stdout.close()
+    return process, directory
+
+
+def test_killed_builds_scratch_is_reaped_and_a_live_one_is_not(tmp_path: Path) -> None:
+    env = {**os.environ, scratch.SCRATCH_ENV: str(tmp_path)}
+    dead, dead_dir = hold(env)
+    live, live_dir = hold(env)
+    try:
+        dead.send_signal(signal.SIGKILL)
+        dead.wait()
+        assert (dead_dir / "payload").is_file()  # SIGKILL left it behind
+
+        assert scratch.reap(tmp_path) == [dead_dir]
+        assert not dead_dir.exists()
+        assert (live_dir / "payload").is_file()
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_scratch_is_removed_on_exit_and_on_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(scratch.SCRATCH_ENV, str(tmp_path))
+    with scratch.scratch_dir(0) as directory:
+        assert directory.parent == tmp_path and directory.name.startswith(scratch.LIVE)
+    with pytest.raises(RuntimeError), scratch.scratch_dir(0) as directory:
+        (directory / "half-written").write_bytes(b"x")
+        raise RuntimeError("build failed")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_configured_scratch_must_be_a_writable_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(scratch.SCRATCH_ENV, str(tmp_path / "missing"))
+    with pytest.raises(OutputError, match=r"SPLITTER_SCRATCH is not a writable directory.*missing"):
+        scratch.scratch_base(0)
+
+
+def test_tmpfs_only_when_it_has_room(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(scratch.SCRATCH_ENV, raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(scratch.tempfile, "tempdir", None)  # gettempdir re-reads TMPDIR
+    if scratch._is_tmpfs(scratch.SHM) and os.access(scratch.SHM, os.W_OK):
+        assert scratch.scratch_base(1 << 20) == scratch.SHM
+    assert scratch.scratch_base(1 << 60) == tmp_path  # no tmpfs has room for 1 EiB twice
+    monkeypatch.setattr(scratch, "SHM", tmp_path / "not-a-mount")
+    assert scratch.scratch_base(0) == tmp_path
