@@ -22,7 +22,7 @@ from splitter.guard import guard_files
 from splitter.layout import Layout, install_path
 from splitter.model import BinaryInfo, Plan
 from splitter.targets.generated import generated_files
-from splitter.wheel import safe_join
+from splitter.wheel import check_member_name, safe_join
 
 RUNTIME_SONAME = "libexecutorch.so"
 Progress = Callable[[str, int, int], None]
@@ -77,11 +77,15 @@ def stage(
     replaced, added = guard_files(plan) if guard else ({}, {})
     staged: dict[str, list[StagedFile]] = {p.name: [] for p in plan.packages}
     jobs: list[tuple[str, Path]] = []
+    made: set[Path] = set()
+    elf_paths = {b.path for b in plan.binaries}
     for path, dest in sorted(destinations.items()):
         owner = plan.owners[path][0]
-        real = safe_join(root_of(owner), dest)
-        make_parents(real)
-        executable = entries[path].executable or plan.binary(path) is not None
+        real = root_of(owner) / check_member_name(dest)  # a fresh root: no links to follow
+        if real.parent not in made:
+            make_parents(real)
+            made.add(real.parent)
+        executable = entries[path].executable or path in elf_paths
         source = "" if path in replaced else path
         staged[owner].append(StagedFile(path=dest, real=real, executable=executable, source=source))
         jobs.append((path, real))
@@ -165,12 +169,13 @@ def extract(
 
 
 def move(unpacked: Path, jobs: list[tuple[str, Path]], replaced: dict[str, bytes]) -> None:
-    """Rename each (wheel path, destination) out of the unpacked tree."""
+    """Rename each (wheel path, destination) out of the unpacked tree (read_wheel wrote it
+    from checked member names)."""
     for path, real in jobs:
         if path in replaced:
             real.write_bytes(replaced[path])
         else:
-            os.replace(safe_join(unpacked, path), real)
+            os.replace(os.path.join(unpacked, path), real)
 
 
 def make_parents(path: Path) -> None:
