@@ -102,7 +102,7 @@ def _shm_used() -> int:
 
 
 def run(command: list[str], env: dict[str, str] | None = None) -> Measure:
-    """Figures of one subprocess run, sampled every 20 ms."""
+    """Figures of one subprocess run, sampled every 50 ms."""
     shm_before = _shm_used()
     start = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
@@ -110,7 +110,7 @@ def run(command: list[str], env: dict[str, str] | None = None) -> Measure:
     done = threading.Event()
 
     def sample() -> None:
-        while not done.wait(0.02):
+        while not done.wait(0.05):
             peaks[0] = max(peaks[0], _pss_mb(_children(process.pid)))
             peaks[1] = max(peaks[1], (_shm_used() - shm_before) / 1e6)
 

@@ -79,6 +79,21 @@ def assemble(job: AssembleJob) -> tuple[str, str]:
     return str(output.path), ""
 
 
+def index(channel: str) -> str:
+    """In a worker: py-rattler's index_fs over `channel`; "" or the error, as text."""
+    import asyncio
+
+    from rattler.index import index_fs
+
+    try:
+        result = index_fs(Path(channel), write_zst=False, write_shards=False)
+        if asyncio.iscoroutine(result):
+            asyncio.run(result)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
 def _start_worker() -> None:
     """Worker initializer: die with the build, and import the assembler while it stages."""
     die_with_parent()

@@ -24,6 +24,7 @@ from splitter.targets.assemble import (
     AssembleJob,
     assemble,
     die_with_parent,
+    index,
     rewrite_info,
     start_workers,
 )
@@ -113,10 +114,10 @@ def build_conda(
                 build_recipe(
                     plan, build / "recipes", backend, build / subdir, work, compression_level
                 )
+            index_channel(build, pool)
         finally:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
-        index_channel(build)
         written = sorted(str(p.relative_to(build)) for p in build.rglob("*") if p.is_file())
     return [out / name for name in written]
 
@@ -169,7 +170,7 @@ def assemble_all(
         )
         for package in packages
     }
-    for index, package in enumerate(plan.packages, start=1):
+    for done, package in enumerate(plan.packages, start=1):
         path, error = futures[package.name].result()
         if error:
             raise ExternalToolError(
@@ -179,7 +180,7 @@ def assemble_all(
                 error,
             )
         if progress is not None:
-            progress(f"assembled {package.name}", index, len(plan.packages))
+            progress(f"assembled {package.name}", done, len(plan.packages))
         sidecar = exclusivity_sidecar(plan, package)
         extra_files = {SIDECAR: _json(sidecar)}
         exports = run_exports(package)
@@ -268,8 +269,31 @@ def _extract_licenses(plan: Plan, directory: Path) -> list[Path]:
     return paths
 
 
-def index_channel(channel: Path) -> None:
-    """Write repodata.json with py-rattler, in a subprocess (index_fs can crash at exit)."""
+def index_channel(channel: Path, workers: ProcessPoolExecutor | None = None) -> None:
+    """Write repodata.json with py-rattler: in one of the build's worker processes, else in a
+    subprocess of its own (never in the build's process: a killed build must not leave an
+    indexer writing, and workers die with it)."""
+    if workers is not None:
+        error = workers.submit(index, str(channel)).result()
+        if error or not any(channel.glob("*/repodata.json")):
+            raise ExternalToolError(
+                "py-rattler could not index the channel", ["index_fs", str(channel)], 1, error
+            )
+    else:
+        _index_in_subprocess(channel)
+    shutil.rmtree(channel / ".tmp", ignore_errors=True)  # index_fs's scratch directory
+    for repodata in channel.glob("*/repodata.json"):
+        data = json.loads(repodata.read_text())
+        for key in ("packages", "packages.conda"):
+            for record in data.get(key, {}).values():
+                # index_fs stamps the wall clock here; the package's own timestamp keeps
+                # the channel reproducible.
+                if "indexed_timestamp" in record:
+                    record["indexed_timestamp"] = record.get("timestamp", 0)
+        repodata.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def _index_in_subprocess(channel: Path) -> None:
     code = (
         "import asyncio, os, sys\n"
         "from rattler.index import index_fs\n"
@@ -287,13 +311,3 @@ def index_channel(channel: Path) -> None:
         raise ExternalToolError(
             "py-rattler could not index the channel", command, result.returncode, result.stderr
         )
-    shutil.rmtree(channel / ".tmp", ignore_errors=True)  # index_fs's scratch directory
-    for repodata in channel.glob("*/repodata.json"):
-        data = json.loads(repodata.read_text())
-        for key in ("packages", "packages.conda"):
-            for record in data.get(key, {}).values():
-                # index_fs stamps the wall clock here; the package's own timestamp keeps
-                # the channel reproducible.
-                if "indexed_timestamp" in record:
-                    record["indexed_timestamp"] = record.get("timestamp", 0)
-        repodata.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
