@@ -4,8 +4,8 @@ payload and rattler-build's own copy of it).
 Measured on the real wheel: rattler-build's assembler copies every staged file into a
 temporary directory before archiving, so on a disk-backed /tmp each package's files are
 created twice more; on a tmpfs the conda build's assembly took 2.4 s instead of 6.1 s.
-Scratch therefore goes to $SPLITTER_SCRATCH, else /dev/shm when it is a tmpfs with room,
-else the system temporary directory. A build that is killed leaves its scratch directory
+Scratch therefore goes to $SPLITTER_SCRATCH, else /dev/shm when it is a tmpfs with room for
+four times the payload, else the system temporary directory. A build that is killed leaves its scratch directory
 behind; each directory is flocked by its build, and the next build removes the ones whose
 lock is free.
 """
@@ -30,6 +30,9 @@ SHM = Path("/dev/shm")
 LIVE = "splitter-scratch-"
 NEW = ".splitter-new-"
 MARGIN = 64 << 20
+# Peak scratch of a conda build, measured on the real wheel: 217 MB for 64 MB of payload (the
+# unpacked tree, rattler-build's copy of it and its temporary archives).
+PEAK_FACTOR = 4
 ABANDONED_AFTER = 3600.0  # seconds; a NEW directory is renamed to LIVE within milliseconds
 
 
@@ -44,7 +47,7 @@ def scratch_base(need: int) -> Path:
                 f"(create it, or unset {SCRATCH_ENV} to use /dev/shm or the temporary directory)"
             )
         return base
-    if _is_tmpfs(SHM) and os.access(SHM, os.W_OK) and _free(SHM) >= 2 * need + MARGIN:
+    if _is_tmpfs(SHM) and os.access(SHM, os.W_OK) and _free(SHM) >= PEAK_FACTOR * need + MARGIN:
         return SHM
     return Path(tempfile.gettempdir())
 
