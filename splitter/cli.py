@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from enum import Enum
@@ -17,7 +17,6 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from splitter.doctor import diagnose_binary, diagnose_pid, diagnose_prefix
 from splitter.errors import SplitterError
 from splitter.fetch import resolve_input
 from splitter.layout import make_layout
@@ -29,8 +28,7 @@ from splitter.scratch import wheel_scratch
 from splitter.targets.conda import DEFAULT_LEVEL, build_conda
 from splitter.targets.tree import build_tree
 from splitter.targets.wheel import build_wheels
-from splitter.verify.run import CHECKS
-from splitter.verify.run import verify as run_verify
+from splitter.wheel import Unpack
 
 app = typer.Typer(
     add_completion=False,
@@ -100,10 +98,10 @@ def compute_plan(
     wheel: str | None,
     recipe_path: Path | None,
     show_progress: bool,
-    unpack: Callable[[Path], Path] | None = None,
+    unpack: Unpack | None = None,
 ) -> Plan:
     """Resolve the input, load the recipe and make the plan, with a progress bar; `unpack`
-    maps the resolved wheel to a directory to write its verified files into."""
+    gives the directory to write the verified files into (see read_wheel)."""
     recipe = load_recipe(recipe_path)
     with progress_bar(show_progress) as bar:
         task = (
@@ -123,7 +121,7 @@ def compute_plan(
             if bar is not None and task is not None:
                 bar.update(task, completed=done)
 
-        return make_plan(path, recipe, report, unpack(path) if unpack else None)
+        return make_plan(path, recipe, report, unpack)
 
 
 @app.command()
@@ -308,6 +306,9 @@ def verify_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Re-run the release checks on a built output: co-load matrix, CMake, relocation, model."""
+    from splitter.verify.run import CHECKS  # verify and doctor load only when used: 0.11 s
+    from splitter.verify.run import verify as run_verify
+
     system_cmake = shutil.which("cmake")
     cmakes = list(cmake or ([Path(system_cmake)] if system_cmake else []))
     checks = run_verify(out_dir, python, cmakes, jobs, tuple(only) if only else CHECKS)
@@ -344,6 +345,8 @@ def doctor(
     as_json: JsonOpt = False,
 ) -> None:
     """Find libraries that register ExecuTorch kernels and copies that would (or do) collide."""
+    from splitter.doctor import diagnose_binary, diagnose_pid, diagnose_prefix
+
     chosen = [x for x in (prefix, binary, pid) if x is not None]
     if len(chosen) != 1:
         raise SplitterError("doctor needs exactly one of --prefix DIR, --binary FILE or --pid N")

@@ -29,7 +29,7 @@ from splitter.model import (
     WheelInfo,
 )
 from splitter.selector import Selector
-from splitter.wheel import read_wheel
+from splitter.wheel import Unpack, read_wheel
 
 Progress = Callable[[str, int, int], None]
 VERSION_FILE = "executorch/version.py"
@@ -38,7 +38,7 @@ VERSION_ASSIGNMENT = re.compile(rb"__version__\s*=\s*['\"]([A-Za-z0-9.+!_-]+)['\
 
 
 def make_plan(
-    wheel_path: Path, recipe: Recipe, progress: Progress | None = None, unpack: Path | None = None
+    wheel_path: Path, recipe: Recipe, progress: Progress | None = None, unpack: Unpack | None = None
 ) -> Plan:
     """Read and verify the wheel, analyse its binaries and decide the split; with `unpack`,
     the verified files are also written there (see read_wheel)."""

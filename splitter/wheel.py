@@ -32,6 +32,7 @@ SUSPECT_SIZE = 1 << 20
 MAX_TOTAL = 8 << 30
 CHUNK = 1 << 20
 
+Unpack = Callable[[int], Path]  # uncompressed size -> a fresh directory to unpack into
 Visitor = Callable[[str, "bytes | None"], None]  # bytes only for members `wants` selects
 Wants = Callable[[str, bytes], bool]  # (name, first chunk) -> keep the member's bytes?
 
@@ -85,11 +86,12 @@ def read_wheel(
     path: Path,
     visit: Visitor | None = None,
     wants: Wants | None = None,
-    unpack: Path | None = None,
+    unpack: Unpack | None = None,
 ) -> WheelInfo:
     """Open `path`, verify it completely and describe it; `visit` sees each verified file,
-    with its bytes when `wants(name, first chunk)` asked for them. With `unpack`, every file
-    is also written to `unpack/<name>` as it streams past, so a build inflates the wheel once."""
+    with its bytes when `wants(name, first chunk)` asked for them. With `unpack`, called with
+    the uncompressed size once the wheel's listing checks out, every file is also written to
+    `unpack(size)/<name>` as it streams past, so a build inflates the wheel once."""
     try:
         parse_wheel_filename(path.name)
     except InvalidWheelFilename as exc:
@@ -121,7 +123,7 @@ def _read_archive(
     file_sha: str,
     visit: Visitor | None,
     wants: Wants | None,
-    unpack: Path | None,
+    unpack: Unpack | None,
 ) -> WheelInfo:
     infos: dict[str, zipfile.ZipInfo] = {}
     total = 0
@@ -163,7 +165,8 @@ def _read_archive(
         raise InvalidWheel(f"file not listed in RECORD: {unlisted[0]}")
 
     entries = []
-    for name, (digest, size, data) in _stream_all(archive, infos, wants, unpack):
+    directory = unpack(total) if unpack is not None else None
+    for name, (digest, size, data) in _stream_all(archive, infos, wants, directory):
         info = infos[name]
         expected_hash, expected_size = record[name]
         if expected_hash:

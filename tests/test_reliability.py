@@ -38,7 +38,7 @@ pytestmark = pytest.mark.integration
 
 TARGETS = ("conda", "wheel", "tree")
 # Spread over plan, staging, packaging and publishing (fractions of a measured build).
-KILL_FRACTIONS = (0.1, 0.4, 0.7, 0.95)
+KILL_FRACTIONS = (0.1, 0.3, 0.5, 0.7, 0.9)
 PACKAGES = ("executorch-runtime", "executorch-kernels-quantized", "executorch-export")
 BUILD_TIMEOUT = 300
 
@@ -279,17 +279,19 @@ def sandbox(real_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Sandb
 
 @pytest.fixture(scope="module")
 def references(sandbox: Sandbox) -> dict[str, Build]:
-    """A plain build of each target (absolute paths, umask 022), timed."""
+    """A plain build of each target (absolute paths, umask 022), timed on its second run."""
     cwd = sandbox.root / "cwd-a"
     cwd.mkdir()
     builds = {}
     for target in TARGETS:
         out = sandbox.root / f"ref-{target}" / "out"
-        began = time.monotonic()
-        result = run(build_command(target, sandbox.wheel, out), cwd, sandbox.env)
-        assert result.returncode == 0, result.stderr
+        for _ in range(2):  # timed warm: the first build of a session also fills caches
+            began = time.monotonic()
+            result = run(build_command(target, sandbox.wheel, out), cwd, sandbox.env)
+            seconds = time.monotonic() - began
+            assert result.returncode == 0, result.stderr
         check_complete(target, out)
-        builds[target] = Build(target=target, out=out, cwd=cwd, seconds=time.monotonic() - began)
+        builds[target] = Build(target=target, out=out, cwd=cwd, seconds=seconds)
     return builds
 
 
