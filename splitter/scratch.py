@@ -5,7 +5,8 @@ Measured on the real wheel: rattler-build's assembler copies every staged file i
 temporary directory before archiving, so on a disk-backed /tmp each package's files are
 created twice more; on a tmpfs the conda build's assembly took 2.4 s instead of 6.1 s.
 Scratch therefore goes to $SPLITTER_SCRATCH, else /dev/shm when it is a tmpfs with room
-for four times the payload, else the system temporary directory. A build that is killed
+for four times the payload and that is at most a quarter of the available memory, else the
+system temporary directory. A build that is killed
 leaves its scratch directory behind; each directory is flocked by its build, and the next
 build removes the ones whose lock is free.
 """
@@ -32,6 +33,9 @@ MARGIN = 64 << 20
 # Peak scratch of a conda build, measured on the real wheel: 217 MB for 64 MB of payload (the
 # unpacked tree, rattler-build's copy of it and its temporary archives).
 PEAK_FACTOR = 4
+# tmpfs pages are RAM: use it only when the peak is at most a quarter of what is available
+# (the 10x synthetic wheel peaked at 2.2 GB of /dev/shm).
+MEMORY_SHARE = 4
 ABANDONED_AFTER = 3600.0  # seconds; a NEW directory is renamed to LIVE within milliseconds
 
 
@@ -46,7 +50,13 @@ def scratch_base(need: int) -> Path:
                 f"(create it, or unset {SCRATCH_ENV} to use /dev/shm or the temporary directory)"
             )
         return base
-    if _is_tmpfs(SHM) and os.access(SHM, os.W_OK) and _free(SHM) >= PEAK_FACTOR * need + MARGIN:
+    peak = PEAK_FACTOR * need + MARGIN
+    if (
+        _is_tmpfs(SHM)
+        and os.access(SHM, os.W_OK)
+        and _free(SHM) >= peak
+        and _available_memory() >= MEMORY_SHARE * peak
+    ):
         return SHM
     return Path(tempfile.gettempdir())
 
@@ -108,6 +118,17 @@ def _is_tmpfs(path: Path) -> bool:
             )
     except OSError:
         return False
+
+
+def _available_memory() -> int:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def _free(path: Path) -> int:

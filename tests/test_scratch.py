@@ -80,5 +80,7 @@ def test_tmpfs_only_when_it_has_room(tmp_path: Path, monkeypatch: pytest.MonkeyP
     if scratch._is_tmpfs(scratch.SHM) and os.access(scratch.SHM, os.W_OK):
         assert scratch.scratch_base(1 << 20) == scratch.SHM
     assert scratch.scratch_base(1 << 60) == tmp_path  # no tmpfs has room for 1 EiB twice
+    monkeypatch.setattr(scratch, "_available_memory", lambda: 2 * scratch.MARGIN)
+    assert scratch.scratch_base(1 << 20) == tmp_path  # room on the tmpfs, not in memory
     monkeypatch.setattr(scratch, "SHM", tmp_path / "not-a-mount")
     assert scratch.scratch_base(0) == tmp_path
