@@ -21,7 +21,7 @@ from typing import BinaryIO
 from packaging.metadata import Metadata
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from splitter.errors import InvalidWheel
+from splitter.errors import InvalidWheel, OutputError
 from splitter.model import WheelEntry, WheelInfo
 
 # Deflate cannot exceed ~1032:1; anything claiming more is lying about its size.
@@ -251,7 +251,10 @@ def _stream_all(
             target = os.path.join(unpack, name)
             parent = os.path.dirname(target)
             if parent not in made:
-                os.makedirs(parent, exist_ok=True)
+                try:
+                    os.makedirs(parent, exist_ok=True)
+                except OSError as exc:
+                    raise _unpack_error(exc, parent) from exc
                 made.add(parent)
         yield name, _stream_member(archive, infos[name], wants, target)
 
@@ -285,8 +288,39 @@ def _stream_member(
     return digest.digest(), size, None if kept is None else b"".join(kept)
 
 
-def _sink(target: str | None) -> contextlib.AbstractContextManager[BinaryIO | None]:
-    return open(target, "wb") if target is not None else contextlib.nullcontext()
+@contextlib.contextmanager
+def _sink(target: str | None) -> Iterator[_Checked | None]:
+    """The unpack file of one member; failing to write it (a full scratch) is an OutputError
+    naming the file, not a broken wheel."""
+    if target is None:
+        yield None
+        return
+    try:
+        handle = open(target, "wb", buffering=0)  # noqa: SIM115 - unbuffered: close cannot fail
+    except OSError as exc:
+        raise _unpack_error(exc, target) from exc
+    with handle:
+        yield _Checked(handle, target)
+
+
+class _Checked:
+    """A file whose write errors carry their path out of read_wheel's OSError handling."""
+
+    def __init__(self, handle: BinaryIO, target: str) -> None:
+        self._handle, self._target = handle, target
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self._handle.write(data)
+        except OSError as exc:
+            raise _unpack_error(exc, self._target) from exc
+
+
+def _unpack_error(exc: OSError, target: str) -> OutputError:
+    return OutputError(
+        f"cannot write the unpacked wheel into scratch ({exc.strerror or exc}): {target}; "
+        "free space there, or point SPLITTER_SCRATCH at a directory with room"
+    )
 
 
 def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:

@@ -9,9 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from builders import METADATA, WHEEL, make_wheel
 
-from splitter.errors import InvalidWheel
+from splitter.errors import InvalidWheel, OutputError
 from splitter.wheel import read_wheel, record_hash
 
 DIST_INFO = "executorch-1.5.1.dist-info"
@@ -87,3 +88,16 @@ def test_failed_verification_leaves_no_scratch_and_no_output(tmp_path: Path) -> 
     assert list(scratch.iterdir()) == []
     assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["direct", "scratch", wheel.name])
+
+
+def test_a_full_scratch_is_an_output_error_not_a_broken_wheel(tmp_path: Path) -> None:
+    """The kernel's own ENOSPC: the member's unpack path leads to /dev/full."""
+    wheel = make_wheel(tmp_path, {"executorch/a.py": b"x = 1\n" * 1000})
+    root = tmp_path / "unpacked"
+    (root / "executorch").mkdir(parents=True)
+    (root / "executorch" / "a.py").symlink_to("/dev/full")
+    with pytest.raises(OutputError) as caught:
+        read_wheel(wheel, unpack=lambda size: root)
+    message = str(caught.value)
+    assert "No space left on device" in message and str(root / "executorch" / "a.py") in message
+    assert "SPLITTER_SCRATCH" in message
