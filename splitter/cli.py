@@ -25,7 +25,7 @@ from splitter.plan import make_plan
 from splitter.recipe import load_recipe
 from splitter.report import plan_json
 from splitter.scratch import wheel_scratch
-from splitter.targets.conda import DEFAULT_LEVEL, build_conda
+from splitter.targets.conda import DEFAULT_LEVEL, WORKERS, build_conda
 from splitter.targets.tree import build_tree
 from splitter.targets.wheel import build_wheels
 from splitter.wheel import Unpack
@@ -239,6 +239,9 @@ def build(
     backend: Annotated[
         str, typer.Option(help="conda: assemble (default), rattler-build or conda-build.")
     ] = "assemble",
+    jobs: Annotated[
+        int, typer.Option(min=1, help="conda: worker processes (each ~50-120 MB; 1 saves memory).")
+    ] = WORKERS,
     guard: Annotated[
         bool, typer.Option("--guard", help="Add an import guard to the export package.")
     ] = False,
@@ -265,6 +268,7 @@ def build(
                     backend=backend,
                     guard=guard,
                     unpacked=unpack.directory,
+                    jobs=jobs,
                 )
             elif target is Target.wheel:
                 written = build_wheels(result, out_dir, report, guard)

@@ -27,7 +27,9 @@ from splitter.binaries.resolve import find_unresolved
 from splitter.errors import SplitterError
 from splitter.layout import make_layout
 from splitter.model import Plan
+from splitter.plan import make_plan
 from splitter.recipe import load_recipe
+from splitter.scratch import scratch_dir
 from splitter.targets.conda import build_conda
 from splitter.targets.tree import build_tree
 from splitter.verify.install import conda_info_file
@@ -90,12 +92,18 @@ def test_channel_layout(channel: Path) -> None:
 
 
 def test_reproducible(real_plan: Plan, channel: Path, tmp_path: Path) -> None:
+    """Same bytes under umask 077, elsewhere, through the one-pass unpack and with one worker
+    (the fixture's channel extracts from the zip with two)."""
     os.umask(0o077)
     try:
         other = tmp_path / "elsewhere" / "again"
-        build_conda(real_plan, other)
+        with scratch_dir(0) as scratch:
+            plan = make_plan(real_plan.wheel.path, real_plan.recipe, None, lambda _: scratch / "w")
+            build_conda(plan, other, unpacked=scratch / "w", jobs=1)
     finally:
         os.umask(0o022)
+    for name in ("linux-64/repodata.json", "noarch/repodata.json"):
+        assert (channel / name).read_bytes() == (other / name).read_bytes(), name
     for name, path in packages(channel).items():
         again = packages(other)[name]
         assert (

