@@ -327,6 +327,39 @@ def test_sigkill_at_any_time_leaves_no_partial_package(
     assert not list(sandbox.scratch.iterdir()), "scratch of the killed builds was not reaped"
 
 
+def test_sigkill_while_workers_start_leaves_no_process(sandbox: Sandbox, tmp_path: Path) -> None:
+    """Kill the conda build the moment its first worker process exists: before the worker
+    arms its death signal (this left two workers alive in CI, in 2 of 6 local tries)."""
+    argv = build_command("conda", sandbox.wheel, tmp_path / "out")
+    for _ in range(4):
+        process = start(argv, tmp_path, sandbox.env, capture=False)
+        try:
+            while process.poll() is None and not children(process.pid):
+                time.sleep(0.002)
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+            assert not survivors(process.pid), "a worker outlived the killed build"
+        finally:
+            reap(process)
+    result = run(argv, tmp_path, sandbox.env)  # reaps the killed builds' scratch
+    assert result.returncode == 0, result.stderr
+    assert not list(sandbox.scratch.iterdir())
+
+
+def children(parent: int) -> list[int]:
+    """Processes whose parent is `parent`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = (Path("/proc") / entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[1]) == parent:
+                found.append(int(entry))
+    return found
+
+
 def survivors(group: int, wait: float = 10.0) -> list[int]:
     """Live (not zombie) processes still in the build's process group after `wait` seconds."""
     deadline = time.monotonic() + wait

@@ -94,9 +94,15 @@ def index(channel: str) -> str:
     return ""
 
 
-def _start_worker() -> None:
-    """Worker initializer: die with the build, and import the assembler while it stages."""
+def _start_worker(build: int) -> None:
+    """Worker initializer: die with the build, and import the assembler while it stages.
+
+    The death signal is armed only here, after the interpreter started; a build killed
+    before that has already left this worker an orphan (seen in CI: two workers outlived a
+    build killed while they started), so an orphan exits at once."""
     die_with_parent()
+    if os.getppid() != build:
+        os._exit(1)
     import rattler_build  # noqa: F401
 
 
@@ -106,6 +112,7 @@ def start_workers(count: int) -> ProcessPoolExecutor:
         max_workers=count,
         mp_context=multiprocessing.get_context("spawn"),
         initializer=_start_worker,
+        initargs=(os.getpid(),),
     )
     for _ in range(count):  # spawn every worker now, not at the first job
         pool.submit(_noop)
