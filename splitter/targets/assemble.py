@@ -130,14 +130,20 @@ def die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))
 
 
-def rewrite_info(
-    package: Path,
-    extra_files: dict[str, bytes],
-    about_update: dict[str, object],
-    text_prefix_paths: set[str],
-    level: int,
-    mtime: int,
-) -> None:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InfoAdditions:
+    """What the assembler cannot write into info/: extra files (run_exports, the sidecar),
+    keys merged into about.json, entry points that carry the prefix placeholder, and how the
+    rewritten info archive is compressed and stamped."""
+
+    extra_files: dict[str, bytes]
+    about_update: dict[str, object]
+    text_prefix_paths: frozenset[str]
+    level: int
+    mtime: int
+
+
+def rewrite_info(package: Path, additions: InfoAdditions) -> None:
     """Add info/ files the assembler cannot write (run_exports, sidecar, about extra, prefix
     placeholders of entry points) by rewriting only the info archive of the .conda; the payload
     archive is streamed across unchanged, so memory does not grow with the package."""
@@ -145,10 +151,7 @@ def rewrite_info(
     with zipfile.ZipFile(package) as source, zipfile.ZipFile(rewritten, "w") as target:
         for info in source.infolist():
             if info.filename.startswith("info-") and info.filename.endswith(".tar.zst"):
-                data = _new_info(
-                    source.read(info), extra_files, about_update, text_prefix_paths, level, mtime
-                )
-                target.writestr(info, data)
+                target.writestr(info, _new_info(source.read(info), additions))
                 continue
             with (
                 source.open(info) as reader,
@@ -158,18 +161,12 @@ def rewrite_info(
     os.replace(rewritten, package)
 
 
-def _json(data: object) -> bytes:
+def json_bytes(data: object) -> bytes:
+    """Sorted, indented JSON with a final newline, as every info/ file here is written."""
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
 
-def _new_info(
-    data: bytes,
-    extra_files: dict[str, bytes],
-    about_update: dict[str, object],
-    text_prefix_paths: set[str],
-    level: int,
-    mtime: int,
-) -> bytes:
+def _new_info(data: bytes, additions: InfoAdditions) -> bytes:
     import zstandard
 
     raw = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)).read()
@@ -179,21 +176,21 @@ def _new_info(
             extracted = tar.extractfile(member)
             files[member.name] = extracted.read() if extracted else b""
     about = json.loads(files["info/about.json"])
-    about.update(about_update)
-    files["info/about.json"] = _json(about)
+    about.update(additions.about_update)
+    files["info/about.json"] = json_bytes(about)
     paths = json.loads(files["info/paths.json"])
     for entry in paths["paths"]:
-        if entry["_path"] in text_prefix_paths:
+        if entry["_path"] in additions.text_prefix_paths:
             entry["prefix_placeholder"] = PLACEHOLDER
             entry["file_mode"] = "text"
-    files["info/paths.json"] = _json(paths)
-    files.update(extra_files)
+    files["info/paths.json"] = json_bytes(paths)
+    files.update(additions.extra_files)
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:", format=tarfile.PAX_FORMAT) as tar:
         for name in sorted(files):
             member = tarfile.TarInfo(name)
-            member.size, member.mtime, member.mode = len(files[name]), mtime, 0o644
+            member.size, member.mtime, member.mode = len(files[name]), additions.mtime, 0o644
             member.uid = member.gid = 0
             member.uname = member.gname = ""
             tar.addfile(member, io.BytesIO(files[name]))
-    return zstandard.ZstdCompressor(level=level).compress(buffer.getvalue())
+    return zstandard.ZstdCompressor(level=additions.level).compress(buffer.getvalue())

@@ -22,9 +22,11 @@ from splitter.scratch import scratch_dir
 from splitter.targets.assemble import (
     PLACEHOLDER,
     AssembleJob,
+    InfoAdditions,
     assemble,
     die_with_parent,
     index,
+    json_bytes,
     rewrite_info,
     start_workers,
 )
@@ -185,25 +187,28 @@ def assemble_all(
         if progress is not None:
             progress(f"assembled {package.name}", done, len(plan.packages))
         sidecar = exclusivity_sidecar(plan, package)
-        extra_files = {SIDECAR: _json(sidecar)}
+        extra_files = {SIDECAR: json_bytes(sidecar)}
         exports = run_exports(package)
         if exports:
-            extra_files["info/run_exports.json"] = _json(exports)
-        scripts = {
+            extra_files["info/run_exports.json"] = json_bytes(exports)
+        scripts = frozenset(
             f"{layout.bindir}/{name}" for name, _ in plan.wheel.console_scripts if package.python
+        )
+        about: dict[str, object] = {
+            "extra": {
+                "process_exclusive": sidecar["pairs"],
+                "splitter": {"input": plan.wheel.filename, "sha256": plan.wheel.sha256},
+            }
         }
         rewrite_info(
             Path(path),
-            extra_files,
-            {
-                "extra": {
-                    "process_exclusive": sidecar["pairs"],
-                    "splitter": {"input": plan.wheel.filename, "sha256": plan.wheel.sha256},
-                }
-            },
-            scripts,
-            min(compression_level, 19),
-            plan.wheel.timestamp,
+            InfoAdditions(
+                extra_files=extra_files,
+                about_update=about,
+                text_prefix_paths=scripts,
+                level=min(compression_level, 19),
+                mtime=plan.wheel.timestamp,
+            ),
         )
 
 
@@ -255,10 +260,6 @@ def build_recipe(
         )
     for package in sorted(built.glob("*.conda")) + sorted(built.glob("*.tar.bz2")):
         shutil.copy2(package, directory / package.name)
-
-
-def _json(data: object) -> bytes:
-    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
 
 def _extract_licenses(plan: Plan, directory: Path) -> list[Path]:
