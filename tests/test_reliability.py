@@ -306,9 +306,17 @@ def test_sigkill_at_any_time_leaves_no_partial_package(
     out = tmp_path / "parent" / "out"
     argv = build_command(target, sandbox.wheel, out)
     killed_while_staging = []
-    for fraction in KILL_FRACTIONS:
+    # The fractions spread kills over the build; the last kill waits for staging to begin,
+    # since each build after a kill first removes the killed one's scratch (seconds on a slow
+    # disk) and the fractions alone then all landed before staging (seen once in 4 suites).
+    for fraction in (*KILL_FRACTIONS, None):
         process = start(argv, tmp_path, sandbox.env, capture=False)
-        time.sleep(reference.seconds * fraction)
+        if fraction is None:
+            deadline = time.monotonic() + BUILD_TIMEOUT
+            while process.poll() is None and not staging_dirs(out) and time.monotonic() < deadline:
+                time.sleep(0.005)
+        else:
+            time.sleep(reference.seconds * fraction)
         process.send_signal(signal.SIGKILL)  # the build only, as the OOM killer would
         process.wait()
         killed_while_staging.append(
