@@ -30,7 +30,7 @@ from splitter.model import Plan
 from splitter.plan import make_plan
 from splitter.recipe import load_recipe
 from splitter.scratch import scratch_dir
-from splitter.targets.conda import build_conda
+from splitter.targets.conda import build_conda, index_channel
 from splitter.targets.tree import build_tree
 from splitter.verify.install import conda_info_file
 
@@ -89,6 +89,21 @@ def test_channel_layout(channel: Path) -> None:
     repodata = json.loads((channel / "linux-64" / "repodata.json").read_text())
     assert len(repodata["packages.conda"]) == 3
     assert not (channel / ".tmp").exists()
+
+
+def test_repodata_is_what_index_fs_writes(channel: Path, tmp_path: Path) -> None:
+    """The workers' records (channel_record) against py-rattler's own indexer over the same
+    packages: the same repodata.json, byte for byte."""
+    copy = tmp_path / "channel"
+    (copy / "linux-64").mkdir(parents=True)
+    for path in packages(channel).values():
+        shutil.copy2(path, copy / "linux-64" / path.name)
+    index_channel(copy, "linux-64")  # no records: index_fs in a subprocess
+    for name in ("linux-64/repodata.json", "noarch/repodata.json"):
+        assert json.loads((copy / name).read_text()) == json.loads((channel / name).read_text())
+        assert (copy / name).read_bytes() == (channel / name).read_bytes(), name
+    quantized = json.loads((copy / "linux-64" / "repodata.json").read_text())["packages.conda"]
+    assert any("run_exports" in record for record in quantized.values())
 
 
 def test_reproducible(real_plan: Plan, channel: Path, tmp_path: Path) -> None:

@@ -486,7 +486,7 @@ import splitter.targets.conda as conda
 from splitter.cli import main
 from splitter.errors import ExternalToolError
 
-def index_channel(channel, workers=None):
+def index_channel(channel, subdir, records=None):
     raise ExternalToolError("py-rattler could not index the channel", ["index"], 1, "injected")
 
 conda.index_channel = index_channel

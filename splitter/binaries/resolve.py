@@ -16,18 +16,25 @@ def find_unresolved(
     files: Mapping[str, Path],
     allowed: frozenset[str],
     default_dirs: tuple[str, ...] = (),
+    elves: frozenset[str] | None = None,
 ) -> list[str]:
     """Every `file NEEDS name` not found via RUNPATH (or `default_dirs`) in the union of trees.
 
     `files` maps prefix-relative paths of the installed union to real files; `allowed` are
-    system and mapped external sonames, which the target system provides.
+    system and mapped external sonames, which the target system provides. `elves` are the
+    paths already known to be ELF (the plan read every file's magic); without it, every file
+    is opened to look (4,605 opens: 0.1 s on the real wheel, measured).
     """
     present = set(files)
     problems = []
     for relative, real in sorted(files.items()):
-        with real.open("rb") as handle:
-            if not is_elf(handle.read(4)):
+        if elves is not None:
+            if relative not in elves:
                 continue
+        else:
+            with real.open("rb") as handle:
+                if not is_elf(handle.read(4)):
+                    continue
         info = analyse_elf(relative, real.read_bytes(), registrations=False)
         here = posixpath.dirname(relative)
         search = []
@@ -47,10 +54,13 @@ def find_unresolved(
 
 
 def check_resolved(
-    files: Mapping[str, Path], allowed: frozenset[str], default_dirs: tuple[str, ...] = ()
+    files: Mapping[str, Path],
+    allowed: frozenset[str],
+    default_dirs: tuple[str, ...] = (),
+    elves: frozenset[str] | None = None,
 ) -> None:
     """Raise BinaryError naming every staged file whose NEEDED does not resolve."""
-    problems = find_unresolved(files, allowed, default_dirs)
+    problems = find_unresolved(files, allowed, default_dirs, elves)
     if problems:
         lines = "\n".join(f"  {p}" for p in problems)
         raise BinaryError(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import io
 import json
 import multiprocessing
@@ -19,12 +20,25 @@ import signal
 import tarfile
 import zipfile
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 PLACEHOLDER = "/opt/anaconda1anaconda2anaconda3"
 ZIP64_LIMIT = 0xFFFFFFFF
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InfoAdditions:
+    """What the assembler cannot write into info/: extra files (run_exports, the sidecar),
+    keys merged into about.json, entry points that carry the prefix placeholder, and how the
+    rewritten info archive is compressed and stamped."""
+
+    extra_files: dict[str, bytes]
+    about_update: dict[str, object]
+    text_prefix_paths: frozenset[str]
+    level: int
+    mtime: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,10 +61,22 @@ class AssembleJob:
     compression_threads: int
     timestamp: datetime
     tmpdir: str  # rattler-build copies the files here before archiving
+    additions: InfoAdditions
 
 
-def assemble(job: AssembleJob) -> tuple[str, str]:
-    """In a worker: (path of the .conda, "") or ("", rattler-build's error)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Assembled:
+    """What a worker returns: the .conda and its repodata record, or rattler-build's error
+    (as text: exceptions do not cross processes intact)."""
+
+    path: str = ""
+    record: dict[str, object] = field(default_factory=dict)
+    error: str = ""
+
+
+def assemble(job: AssembleJob) -> Assembled:
+    """In a worker: assemble one package, add the info files, and read its repodata record,
+    so the channel index of each package is made as soon as that package is done."""
     os.environ["TMPDIR"] = job.tmpdir  # this worker process only
     import rattler_build
 
@@ -75,23 +101,44 @@ def assemble(job: AssembleJob) -> tuple[str, str]:
             detect_prefix=False,
         )
     except rattler_build.RattlerBuildError as exc:
-        return "", str(exc)  # returned, not raised: exceptions do not cross processes intact
-    return str(output.path), ""
+        return Assembled(error=str(exc))
+    package = Path(output.path)
+    rewrite_info(package, job.additions)
+    return Assembled(path=str(package), record=channel_record(package, Path(job.tmpdir)))
 
 
-def index(channel: str) -> str:
-    """In a worker: py-rattler's index_fs over `channel`; "" or the error, as text."""
-    import asyncio
+def channel_record(package: Path, scratch: Path) -> dict[str, object]:
+    """The package's repodata.json record, made as rattler's index_fs makes it (its
+    PackageRecord.from_index_json with the file's size and hashes, plus info/run_exports.json)
+    but without its cost: index_fs reads a .conda a byte at a time (0.23 s for the 9 MB
+    export package, measured; this takes 0.03 s). `indexed_timestamp` is the package's own
+    timestamp, not the wall clock, so the channel is reproducible."""
+    from rattler import PackageRecord, RunExportsJson
 
-    from rattler.index import index_fs
-
-    try:
-        result = index_fs(Path(channel), write_zst=False, write_shards=False)
-        if asyncio.iscoroutine(result):
-            asyncio.run(result)
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return ""
+    sha256, md5 = hashlib.sha256(), hashlib.md5()
+    with package.open("rb") as handle:
+        while block := handle.read(1 << 20):
+            sha256.update(block)
+            md5.update(block)
+    with zipfile.ZipFile(package) as archive:
+        info = next(n for n in archive.namelist() if n.startswith("info-"))
+        files = _info_files(archive.read(info))
+    index_json = scratch / f"{package.name}.index.json"
+    index_json.write_bytes(files["info/index.json"])
+    record = PackageRecord.from_index_json(
+        index_json,
+        size=package.stat().st_size,
+        sha256=sha256.hexdigest(),
+        md5=md5.hexdigest(),
+    )
+    index_json.unlink()
+    data: dict[str, object] = json.loads(record.to_json())
+    if "info/run_exports.json" in files:
+        exports = RunExportsJson.from_str(files["info/run_exports.json"].decode())
+        kinds = ("weak", "strong", "noarch", "weak_constrains", "strong_constrains")
+        data["run_exports"] = {k: list(v) for k in kinds if (v := getattr(exports, k))}
+    data["indexed_timestamp"] = data.get("timestamp", 0)
+    return data
 
 
 def _start_worker(build: int) -> None:
@@ -130,19 +177,6 @@ def die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class InfoAdditions:
-    """What the assembler cannot write into info/: extra files (run_exports, the sidecar),
-    keys merged into about.json, entry points that carry the prefix placeholder, and how the
-    rewritten info archive is compressed and stamped."""
-
-    extra_files: dict[str, bytes]
-    about_update: dict[str, object]
-    text_prefix_paths: frozenset[str]
-    level: int
-    mtime: int
-
-
 def rewrite_info(package: Path, additions: InfoAdditions) -> None:
     """Add info/ files the assembler cannot write (run_exports, sidecar, about extra, prefix
     placeholders of entry points) by rewriting only the info archive of the .conda; the payload
@@ -166,7 +200,8 @@ def json_bytes(data: object) -> bytes:
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
 
-def _new_info(data: bytes, additions: InfoAdditions) -> bytes:
+def _info_files(data: bytes) -> dict[str, bytes]:
+    """The members of a .conda's info-*.tar.zst."""
     import zstandard
 
     raw = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)).read()
@@ -175,6 +210,13 @@ def _new_info(data: bytes, additions: InfoAdditions) -> bytes:
         for member in tar.getmembers():
             extracted = tar.extractfile(member)
             files[member.name] = extracted.read() if extracted else b""
+    return files
+
+
+def _new_info(data: bytes, additions: InfoAdditions) -> bytes:
+    import zstandard
+
+    files = _info_files(data)
     about = json.loads(files["info/about.json"])
     about.update(additions.about_update)
     files["info/about.json"] = json_bytes(about)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from splitter.errors import ExternalToolError, SplitterError
 from splitter.layout import Layout, default_sitedir
-from splitter.model import Plan
+from splitter.model import PackagePlan, Plan
 from splitter.output import atomic_output
 from splitter.scratch import scratch_dir
 from splitter.targets.assemble import (
@@ -25,9 +25,7 @@ from splitter.targets.assemble import (
     InfoAdditions,
     assemble,
     die_with_parent,
-    index,
     json_bytes,
-    rewrite_info,
     start_workers,
 )
 from splitter.targets.condameta import (
@@ -103,8 +101,9 @@ def build_conda(
             )
             write_recipes(plan, staged, build / "recipes", builds)
             (build / subdir).mkdir()
+            records = None
             if pool is not None:
-                assemble_all(
+                records = assemble_all(
                     plan,
                     staged,
                     build / subdir,
@@ -119,7 +118,7 @@ def build_conda(
                 build_recipe(
                     plan, build / "recipes", backend, build / subdir, work, compression_level
                 )
-            index_channel(build, pool)
+            index_channel(build, subdir, records)
         finally:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
@@ -142,9 +141,9 @@ def assemble_all(
     threads: int,
     pool: ProcessPoolExecutor,
     progress: Progress | None,
-) -> None:
-    """One .conda per package with rattler-build's assembler (largest first, in the worker
-    processes), then the info additions."""
+) -> dict[str, dict[str, object]]:
+    """One .conda per package with rattler-build's assembler and the info additions (largest
+    first, in the worker processes); returns each package's repodata record by file name."""
     layout = staged.layout
     timestamp = datetime.fromtimestamp(plan.wheel.timestamp, tz=timezone.utc)
     licenses = tuple(str(p) for p in _extract_licenses(plan, work / "licenses"))
@@ -171,45 +170,52 @@ def assemble_all(
                 compression_threads=threads,
                 timestamp=timestamp,
                 tmpdir=str(work / "tmp"),
+                additions=info_additions(plan, package, layout, compression_level),
             ),
         )
         for package in packages
     }
+    records: dict[str, dict[str, object]] = {}
     for done, package in enumerate(plan.packages, start=1):
-        path, error = futures[package.name].result()
-        if error:
+        result = futures[package.name].result()
+        if result.error:
             raise ExternalToolError(
                 f"rattler-build could not assemble {package.name}",
                 ["assemble_package", package.name],
                 1,
-                error,
+                result.error,
             )
+        records[Path(result.path).name] = result.record
         if progress is not None:
             progress(f"assembled {package.name}", done, len(plan.packages))
-        sidecar = exclusivity_sidecar(plan, package)
-        extra_files = {SIDECAR: json_bytes(sidecar)}
-        exports = run_exports(package)
-        if exports:
-            extra_files["info/run_exports.json"] = json_bytes(exports)
-        scripts = frozenset(
-            f"{layout.bindir}/{name}" for name, _ in plan.wheel.console_scripts if package.python
-        )
-        about: dict[str, object] = {
-            "extra": {
-                "process_exclusive": sidecar["pairs"],
-                "splitter": {"input": plan.wheel.filename, "sha256": plan.wheel.sha256},
-            }
+    return records
+
+
+def info_additions(
+    plan: Plan, package: PackagePlan, layout: Layout, compression_level: int
+) -> InfoAdditions:
+    """The info/ files and about.json keys the assembler cannot write for `package`."""
+    sidecar = exclusivity_sidecar(plan, package)
+    extra_files = {SIDECAR: json_bytes(sidecar)}
+    exports = run_exports(package)
+    if exports:
+        extra_files["info/run_exports.json"] = json_bytes(exports)
+    scripts = frozenset(
+        f"{layout.bindir}/{name}" for name, _ in plan.wheel.console_scripts if package.python
+    )
+    about: dict[str, object] = {
+        "extra": {
+            "process_exclusive": sidecar["pairs"],
+            "splitter": {"input": plan.wheel.filename, "sha256": plan.wheel.sha256},
         }
-        rewrite_info(
-            Path(path),
-            InfoAdditions(
-                extra_files=extra_files,
-                about_update=about,
-                text_prefix_paths=scripts,
-                level=min(compression_level, 19),
-                mtime=plan.wheel.timestamp,
-            ),
-        )
+    }
+    return InfoAdditions(
+        extra_files=extra_files,
+        about_update=about,
+        text_prefix_paths=scripts,
+        level=min(compression_level, 19),
+        mtime=plan.wheel.timestamp,
+    )
 
 
 def build_recipe(
@@ -273,27 +279,30 @@ def _extract_licenses(plan: Plan, directory: Path) -> list[Path]:
     return paths
 
 
-def index_channel(channel: Path, workers: ProcessPoolExecutor | None = None) -> None:
-    """Write repodata.json with py-rattler: in one of the build's worker processes, else in a
-    subprocess of its own (never in the build's process: a killed build must not leave an
-    indexer writing, and workers die with it)."""
-    if workers is not None:
-        error = workers.submit(index, str(channel)).result()
-        if error or not any(channel.glob("*/repodata.json")):
-            raise ExternalToolError(
-                "py-rattler could not index the channel", ["index_fs", str(channel)], 1, error
-            )
-    else:
+def index_channel(
+    channel: Path, subdir: str, records: dict[str, dict[str, object]] | None = None
+) -> None:
+    """Write repodata.json for `subdir` and noarch: from the records the workers read off the
+    packages (channel_record), else with py-rattler's index_fs in a subprocess of its own
+    (never in the build's process: a killed build must not leave an indexer writing)."""
+    if records is None:
         _index_in_subprocess(channel)
-    shutil.rmtree(channel / ".tmp", ignore_errors=True)  # index_fs's scratch directory
-    for repodata in channel.glob("*/repodata.json"):
-        data = json.loads(repodata.read_text())
-        for key in ("packages", "packages.conda"):
-            for record in data.get(key, {}).values():
-                # index_fs stamps the wall clock here; the package's own timestamp keeps
-                # the channel reproducible.
-                if "indexed_timestamp" in record:
-                    record["indexed_timestamp"] = record.get("timestamp", 0)
+        shutil.rmtree(channel / ".tmp", ignore_errors=True)  # index_fs's scratch directory
+    for name in (subdir, "noarch"):
+        repodata = channel / name / "repodata.json"
+        if records is not None:
+            found = records if name == subdir else {}
+            data = {"info": {"subdir": name}, "packages": {}, "packages.conda": found}
+            data.update(repodata_version=1, v3={})  # as index_fs writes it
+        else:
+            data = json.loads(repodata.read_text())
+            for key in ("packages", "packages.conda"):
+                for record in data.get(key, {}).values():
+                    # index_fs stamps the wall clock here; the package's own timestamp keeps
+                    # the channel reproducible.
+                    if "indexed_timestamp" in record:
+                        record["indexed_timestamp"] = record.get("timestamp", 0)
+        repodata.parent.mkdir(exist_ok=True)
         repodata.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 

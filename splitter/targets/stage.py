@@ -5,6 +5,7 @@ Shared by the tree target (one DESTDIR per package) and the conda target (prefix
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import shutil
@@ -77,14 +78,19 @@ def stage(
     replaced, added = guard_files(plan) if guard else ({}, {})
     staged: dict[str, list[StagedFile]] = {p.name: [] for p in plan.packages}
     jobs: list[tuple[str, Path]] = []
-    made: set[Path] = set()
+    made: set[str] = set()
     elf_paths = {b.path for b in plan.binaries}
+    roots = {p.name: str(root_of(p.name)) for p in plan.packages}
     for path, dest in sorted(destinations.items()):
         owner = plan.owners[path][0]
-        real = root_of(owner) / check_member_name(dest)  # a fresh root: no links to follow
-        if real.parent not in made:
-            make_parents(real)
-            made.add(real.parent)
+        # A fresh root: no links to follow. Strings, not Path joins: pathlib was half of
+        # staging's time over 4,605 files (measured).
+        joined = f"{roots[owner]}/{check_member_name(dest)}"
+        parent = os.path.dirname(joined)
+        if parent not in made:
+            make_dirs(parent)
+            made.add(parent)
+        real = Path(joined)
         executable = entries[path].executable or path in elf_paths
         source = "" if path in replaced else path
         staged[owner].append(StagedFile(path=dest, real=real, executable=executable, source=source))
@@ -116,7 +122,8 @@ def stage(
         s for e in plan.recipe.externals for s in e.sonames
     )
     default_dirs = (layout.libdir,) if rpath == "strip" else ()
-    check_resolved(union, allowed, default_dirs)
+    elves = frozenset(destinations[b.path] for b in plan.binaries)
+    check_resolved(union, allowed, default_dirs, elves)
     for files in staged.values():
         for item in files:
             item.real.chmod(0o755 if item.executable else 0o644)
@@ -181,14 +188,19 @@ def move(unpacked: Path, jobs: list[tuple[str, Path]], replaced: dict[str, bytes
 def make_parents(path: Path) -> None:
     """`mkdir -p` of the parent of `path`, each new directory 0755 whatever the umask: a tree
     staged under umask 077 must not ship 0700 directories."""
+    make_dirs(str(path.parent))
+
+
+def make_dirs(directory: str) -> None:
+    """`mkdir -p directory`, each new directory 0755 whatever the umask."""
     missing = []
-    parent = path.parent
-    while not parent.is_dir():
-        missing.append(parent)
-        parent = parent.parent
-    for directory in reversed(missing):
-        directory.mkdir(exist_ok=True)
-        directory.chmod(0o755)
+    while not os.path.isdir(directory):
+        missing.append(directory)
+        directory = os.path.dirname(directory)
+    for new in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(new)
+        os.chmod(new, 0o755)
 
 
 def relocate(
