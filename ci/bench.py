@@ -1,6 +1,7 @@
 """Benchmarks: splitter's commands beside baselines measured in the same run, as ratios.
 
 Usage: python ci/bench.py [WHEEL] [--repeat N] [--level L] [--skip-rattler] [--skip-synthetic]
+                          [--only plan|conda|wheel|tree|rattler|synthetic ...]
 
 Each command runs in a fresh subprocess, alternating with its baseline; its wall time (best
 of N), its largest single-process RSS (wait4), the summed PSS of it and its worker processes,
@@ -31,6 +32,9 @@ from functools import partial
 from pathlib import Path
 
 PY = sys.executable
+# The console script users run (its spawned workers re-import the script, unlike `-m`).
+SPLITTER = str(Path(PY).with_name("splitter"))
+SECTIONS = ("plan", "conda", "wheel", "tree", "rattler", "synthetic")
 # Unzip, then one zstd-compressed tar per package payload: the least any tool must do.
 FLOOR = (
     "set -e; cd {dir}; rm -rf w ./*.zst; unzip -q {wheel} -d w; "
@@ -168,7 +172,7 @@ def build(wheel: str, target: str, level: int, scratch: str | None = None) -> Me
     """One `splitter build` of a target into a fresh directory (scratch: $SPLITTER_SCRATCH)."""
     env = {**os.environ, "SPLITTER_SCRATCH": scratch} if scratch else None
     with tempfile.TemporaryDirectory() as directory:
-        command = [PY, "-m", "splitter", "-q", "build", wheel, "--target", target]
+        command = [SPLITTER, "-q", "build", wheel, "--target", target]
         command += ["-o", f"{directory}/out"]
         if target == "conda":
             command += ["--compression-level", str(level)]
@@ -255,7 +259,15 @@ def main() -> None:
     parser.add_argument("--level", type=int, default=9, help="zstd level for conda and floor")
     parser.add_argument("--skip-rattler", action="store_true")
     parser.add_argument("--skip-synthetic", action="store_true")
+    parser.add_argument(
+        "--only", action="append", choices=SECTIONS, help="measure only these (repeatable)"
+    )
     args = parser.parse_args()
+    only = set(args.only or SECTIONS)
+    if args.skip_rattler:
+        only.discard("rattler")
+    if args.skip_synthetic:
+        only.discard("synthetic")
     wheel = args.wheel
     if not wheel.endswith(".whl"):
         from splitter.fetch import resolve_input
@@ -268,20 +280,22 @@ def main() -> None:
         f"{os.cpu_count()} cores"
     )
     repeat = args.repeat
-    listing, plan = paired(
-        lambda: run([PY, "-c", f"import zipfile; zipfile.ZipFile({wheel!r}).infolist()"]),
-        lambda: run([PY, "-m", "splitter", "-q", "plan", wheel, "--json"]),
-        repeat,
-    )
-    row("baseline: list the zip", listing)
-    row("splitter plan --json", plan, listing, "list", "target: well under 2 s, < 200 MB")
+    plan: Measure | None = None
+    conda: Measure | None = None
+    if only & {"plan", "synthetic"}:
+        listing, plan = paired(
+            lambda: run([PY, "-c", f"import zipfile; zipfile.ZipFile({wheel!r}).infolist()"]),
+            lambda: run([SPLITTER, "-q", "plan", wheel, "--json"]),
+            repeat,
+        )
+        row("baseline: list the zip", listing)
+        row("splitter plan --json", plan, listing, "list", "target: well under 2 s, < 200 MB")
 
     # splitter's scratch goes to /dev/shm when it is a tmpfs with room: compare it with the
     # floor unpacking there too, and with scratch and floor both on disk.
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    conda: Measure | None = None
     for label, base in (("tmpfs", shm), ("disk", tempfile.gettempdir())):
-        if base is None:
+        if base is None or not only & {"conda", "rattler", "synthetic"}:
             continue
         base_floor, measured = paired(
             partial(floor, wheel, args.level, base),
@@ -297,14 +311,15 @@ def main() -> None:
             "target: <= 1.5x, < 200 MB",
         )
         conda = conda or measured
-    assert conda is not None
     for target in ("wheel", "tree"):
+        if target not in only:
+            continue
         base_unzip, measured = paired(
             partial(unzip, wheel), partial(build, wheel, target, args.level), repeat
         )
         row("baseline: unzip (disk)", base_unzip)
         row(f"splitter build --target {target}", measured, base_unzip, "unzip", "target: < 200 MB")
-    if not args.skip_rattler and shutil.which("unzip"):
+    if "rattler" in only and conda is not None and shutil.which("unzip"):
         rattler = rattler_recipe(wheel, args.level)
         row(
             "rattler-build, generated recipe",
@@ -313,11 +328,11 @@ def main() -> None:
             "splitter conda",
             "target: >= 3x splitter",
         )
-    if not args.skip_synthetic:
+    if "synthetic" in only and plan is not None and conda is not None:
         with tempfile.TemporaryDirectory() as scratch:
             big = synthetic(wheel, 10, Path(scratch))
             print(f"synthetic: {Path(big).stat().st_size / 1e6:.1f} MB, 10x the payload")
-            big_plan = run([PY, "-m", "splitter", "-q", "plan", big, "--json"])
+            big_plan = run([SPLITTER, "-q", "plan", big, "--json"])
             row("10x: splitter plan --json", big_plan, plan, "1x plan", "target: ~10x (linear)")
             big_conda = build(big, "conda", args.level)
             row(
