@@ -516,7 +516,19 @@ FAILURES = {
     "wheel-rule-matches-nothing": ("wheel", RecipeError.exit_code),
     "tree-rpath-strip-under-opt": ("tree", SplitterError.exit_code),
     "conda-index-fails-after-packaging": ("conda", ExternalToolError.exit_code),
+    "conda-worker-killed-while-assembling": ("conda", ExternalToolError.exit_code),
 }
+
+KILL_WORKER = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+import dying
+import splitter.targets.conda as conda
+from splitter.cli import main
+
+conda.assemble = dying.killed  # what the workers are sent, by reference
+main()
+"""
 
 
 @pytest.mark.parametrize("case", FAILURES)
@@ -539,6 +551,8 @@ def test_failed_build_leaves_output_untouched(
     argv = build_command(target, wheel, out, *extra)
     if case == "conda-index-fails-after-packaging":
         argv[1:3] = ["-c", FAIL_INDEX]
+    if case == "conda-worker-killed-while-assembling":
+        argv[1:3] = ["-c", KILL_WORKER]
     result = run(argv, tmp_path, sandbox.env)
 
     assert result.returncode == exit_code, result.stderr

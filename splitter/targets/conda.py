@@ -10,7 +10,6 @@ import subprocess
 import sys
 import sysconfig
 import zipfile
-from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -21,12 +20,12 @@ from splitter.output import atomic_output
 from splitter.scratch import scratch_dir
 from splitter.targets.assemble import (
     PLACEHOLDER,
+    Assembled,
     AssembleJob,
     InfoAdditions,
     assemble,
-    die_with_parent,
     json_bytes,
-    start_workers,
+    release_freed_memory,
 )
 from splitter.targets.condameta import (
     build_string,
@@ -37,6 +36,7 @@ from splitter.targets.condameta import (
 )
 from splitter.targets.recipes import source_url, write_recipes
 from splitter.targets.stage import Progress, Staged, stage
+from splitter.targets.workers import WorkerDied, Workers, die_with_parent
 
 SIDECAR = "info/splitter-process-exclusive.json"
 DEFAULT_LEVEL = 9
@@ -88,7 +88,9 @@ def build_conda(
     builds = {p.name: build_string(plan, p) for p in plan.packages}
     need = sum(p.bytes for p in plan.packages)
     with atomic_output(out) as build, _scratch(need, unpacked) as work:
-        pool = start_workers(min(jobs, len(plan.packages))) if backend == "assemble" else None
+        pool = None
+        if backend == "assemble":
+            pool = Workers(min(jobs, len(plan.packages)), warm="rattler_build")
         try:
             staged = stage(
                 plan,
@@ -100,6 +102,7 @@ def build_conda(
                 unpacked,
             )
             write_recipes(plan, staged, build / "recipes", builds)
+            release_freed_memory()
             (build / subdir).mkdir()
             records = None
             if pool is not None:
@@ -119,9 +122,12 @@ def build_conda(
                     plan, build / "recipes", backend, build / subdir, work, compression_level
                 )
             index_channel(build, subdir, records)
-        finally:
+        except BaseException:
             if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
+                pool.kill()
+            raise
+        if pool is not None:
+            pool.close()
         written = sorted(str(p.relative_to(build)) for p in build.rglob("*") if p.is_file())
     return [out / name for name in written]
 
@@ -139,7 +145,7 @@ def assemble_all(
     work: Path,
     compression_level: int,
     threads: int,
-    pool: ProcessPoolExecutor,
+    pool: Workers,
     progress: Progress | None,
 ) -> dict[str, dict[str, object]]:
     """One .conda per package with rattler-build's assembler and the info additions (largest
@@ -149,46 +155,52 @@ def assemble_all(
     licenses = tuple(str(p) for p in _extract_licenses(plan, work / "licenses"))
     (work / "tmp").mkdir()
     packages = sorted(plan.packages, key=lambda p: (-p.bytes, p.name))
-    futures = {
-        package.name: pool.submit(
-            assemble,
-            AssembleJob(
-                name=package.name,
-                version=package.version,
-                target_platform=directory.name,
-                build_string=builds[package.name],
-                output_dir=str(directory),
-                files=tuple((str(f.real), f.path) for f in staged.packages[package.name]),
-                homepage=plan.wheel.home or None,
-                license=plan.wheel.license or None,
-                summary=package.summary,
-                description=f"{package.summary}. Split by splitter from "
-                f"{plan.wheel.filename} (sha256 {plan.wheel.sha256}).",
-                depends=tuple(conda_depends(plan, package, builds)),
-                license_files=licenses,
-                compression_level=compression_level,
-                compression_threads=threads,
-                timestamp=timestamp,
-                tmpdir=str(work / "tmp"),
-                additions=info_additions(plan, package, layout, compression_level),
-            ),
+    jobs = [
+        AssembleJob(
+            name=package.name,
+            version=package.version,
+            target_platform=directory.name,
+            build_string=builds[package.name],
+            output_dir=str(directory),
+            files=tuple((str(f.real), f.path) for f in staged.packages[package.name]),
+            homepage=plan.wheel.home or None,
+            license=plan.wheel.license or None,
+            summary=package.summary,
+            description=f"{package.summary}. Split by splitter from "
+            f"{plan.wheel.filename} (sha256 {plan.wheel.sha256}).",
+            depends=tuple(conda_depends(plan, package, builds)),
+            license_files=licenses,
+            compression_level=compression_level,
+            compression_threads=threads,
+            timestamp=timestamp,
+            tmpdir=str(work / "tmp"),
+            additions=info_additions(plan, package, layout, compression_level),
         )
         for package in packages
-    }
+    ]
     records: dict[str, dict[str, object]] = {}
-    for done, package in enumerate(plan.packages, start=1):
-        result = futures[package.name].result()
-        if result.error:
-            raise ExternalToolError(
-                f"rattler-build could not assemble {package.name}",
-                ["assemble_package", package.name],
-                1,
-                result.error,
-            )
-        records[Path(result.path).name] = result.record
-        if progress is not None:
-            progress(f"assembled {package.name}", done, len(plan.packages))
+    try:
+        for done, (index, result) in enumerate(pool.run(assemble, jobs), start=1):
+            package = packages[index]
+            _check_assembled(package.name, result)
+            records[Path(result.path).name] = result.record
+            if progress is not None:
+                progress(f"assembled {package.name}", done, len(plan.packages))
+    except WorkerDied as exc:
+        raise ExternalToolError(
+            f"{exc} while assembling; if the system ran out of memory, build with --jobs 1",
+            [sys.executable, "-c", "splitter.targets.workers.serve"],
+            exc.returncode,
+            "",
+        ) from exc
     return records
+
+
+def _check_assembled(name: str, result: Assembled) -> None:
+    if result.error:
+        raise ExternalToolError(
+            f"rattler-build could not assemble {name}", ["assemble_package", name], 1, result.error
+        )
 
 
 def info_additions(

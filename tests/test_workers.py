@@ -1,0 +1,53 @@
+"""The build's worker processes (splitter.targets.workers): real interpreters, real pipes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import dying
+import pytest
+
+from splitter.targets.workers import WorkerDied, Workers
+
+
+def test_every_call_answers_once_on_the_workers() -> None:
+    workers = Workers(2, warm="json")
+    try:
+        answers = dict(workers.run(abs, [-3, 1, -2, 5, -8]))
+        pids = set(dict(workers.run(_pid, list(range(6)))).values())
+    finally:
+        workers.close()
+    assert answers == {0: 3, 1: 1, 2: 2, 3: 5, 4: 8}
+    assert len(pids) == 2 and os.getpid() not in pids
+
+
+def _pid(_: object) -> int:
+    return os.getpid()
+
+
+def test_an_exception_in_a_worker_is_raised_in_the_build() -> None:
+    workers = Workers(1, warm="json")
+    try:
+        with pytest.raises(OSError) as raised:
+            list(workers.run(dying.disk_full, [None]))
+    finally:
+        workers.kill()
+    assert raised.value.errno == 28 and raised.value.filename == "/out/linux-64/x.conda"
+
+
+def test_a_killed_worker_is_reported_not_waited_for() -> None:
+    workers = Workers(2, warm="json")
+    try:
+        with pytest.raises(WorkerDied, match="signal 9"):
+            list(workers.run(dying.killed, [None, None]))
+    finally:
+        workers.kill()
+
+
+def test_close_leaves_no_process() -> None:
+    workers = Workers(2, warm="json")
+    pids = set(dict(workers.run(_pid, [0, 1])).values())
+    workers.close()
+    for pid in pids:
+        assert subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode != 0
