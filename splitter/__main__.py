@@ -1,8 +1,8 @@
 """`python -m splitter`, and the `splitter` console script.
 
-The script imports `main` from here, not from splitter.cli: the build's spawned worker
-processes re-run the script's imports as `__mp_main__`, and importing the CLI (typer, rich,
-pyelftools: ~0.45 s of CPU per worker, measured) would compete with the build for the cores.
+The script imports `main` from here, not from splitter.cli, so that importing this module
+stays cheap: anything that re-runs the script's imports in a child (multiprocessing's spawn
+does) would otherwise import the whole CLI (typer, rich, pyelftools: ~0.45 s of CPU each).
 """
 
 
