@@ -265,7 +265,7 @@ def test_rattler_build_recipe_builds_the_same_split(
     assert 'url: "https://files.pythonhosted.org/packages/cp311/e/executorch/' in recipe
     assert f'sha256: "{real_plan.wheel.sha256}"' in recipe
     rebuilt = tmp_path / "rebuilt"
-    build_conda(real_plan, rebuilt, backend="rattler-build")
+    build_conda(real_plan, rebuilt, backend="rattler-build", compression_level=1)
     assembled, built = packages(channel), packages(rebuilt)
     assert sorted(built) == sorted(assembled)
     for name in assembled:
