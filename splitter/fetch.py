@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -66,26 +68,36 @@ def _cached(requirement: Requirement) -> Path | None:
 
 
 def _download(requirement: Requirement) -> Path:
+    """pip download into a temporary directory beside the cache, moved in when complete, under
+    a lock: builds started at once share one download and never read a half-written wheel."""
     directory = cache_dir()
     directory.mkdir(parents=True, exist_ok=True)
-    before = set(directory.glob("*.whl"))
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--dest",
-        str(directory),
-        str(requirement),
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise ExternalToolError(
-            f"pip could not download {requirement}", command, result.returncode, result.stderr
-        )
-    found = _cached(requirement) or next(iter(set(directory.glob("*.whl")) - before), None)
+    with open(directory / ".download.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cached = _cached(requirement)  # another build may have fetched it while we waited
+        if cached is not None:
+            return cached
+        with tempfile.TemporaryDirectory(prefix=".download-", dir=directory) as temporary:
+            command = [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--dest",
+                temporary,
+                str(requirement),
+            ]
+            result = subprocess.run(command, capture_output=True, text=True, check=False)
+            if result.returncode != 0:
+                message = f"pip could not download {requirement}"
+                raise ExternalToolError(message, command, result.returncode, result.stderr)
+            moved = []
+            for wheel in sorted(Path(temporary).glob("*.whl")):
+                os.replace(wheel, directory / wheel.name)
+                moved.append(directory / wheel.name)
+    found = _cached(requirement) or next(iter(moved), None)
     if found is None:
         raise InvalidWheel(f"pip downloaded no wheel for {requirement} into {directory}")
     return found

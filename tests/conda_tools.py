@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from consumer_tools import cache_root
+from consumer_tools import cache_lock, cache_root
 
 from splitter.verify.install import INSTALL_CONDA
 
@@ -39,12 +39,13 @@ def torch_python() -> Path:
     venv = cache_root() / "torch-venv-2.13.0"
     python = venv / "bin" / "python"
     marker = venv / ".complete"
-    if not marker.exists():
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-        subprocess.run(
-            [str(python), "-m", "pip", "install", "--quiet", *TORCH_VENV_REQUIREMENTS],
-            check=True,
-            capture_output=True,
-        )
-        marker.write_text("ok\n")
+    with cache_lock(venv.name):
+        if not marker.exists():
+            subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+            subprocess.run(
+                [str(python), "-m", "pip", "install", "--quiet", *TORCH_VENV_REQUIREMENTS],
+                check=True,
+                capture_output=True,
+            )
+            marker.write_text("ok\n")
     return python

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -12,6 +13,8 @@ import pytest
 
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))
+
+from consumer_tools import cache_lock  # noqa: E402  (needs the tests directory on sys.path)
 
 REAL_VERSION = "1.5.1"
 
@@ -28,8 +31,23 @@ def _download(requirement: str, platform: str | None) -> Path:
     version = requirement.split("==")[1]
     tag = platform or "manylinux_2_28_x86_64"
     found = directory / f"executorch-{version}-cp311-cp311-{tag}.whl"
-    if found.exists():
-        return found
+    with cache_lock(f"wheel-{version}-{tag}"):
+        if not found.exists():
+            _pip_download(requirement, platform, directory)
+    assert found.exists(), f"pip did not produce {found}"
+    return found
+
+
+def _pip_download(requirement: str, platform: str | None, directory: Path) -> None:
+    """pip download into a temporary directory, then moved in whole (splitter's own cache
+    lookup must never see half a wheel)."""
+    with tempfile.TemporaryDirectory(dir=directory, prefix=".download-") as temporary:
+        _run_pip(requirement, platform, Path(temporary))
+        for wheel in Path(temporary).glob("*.whl"):
+            os.replace(wheel, directory / wheel.name)
+
+
+def _run_pip(requirement: str, platform: str | None, directory: Path) -> None:
     command = [
         sys.executable,
         "-m",
@@ -44,8 +62,6 @@ def _download(requirement: str, platform: str | None) -> Path:
     if platform:
         command += ["--platform", platform, "--python-version", "3.11"]
     subprocess.run(command, check=True, capture_output=True)
-    assert found.exists(), f"pip did not produce {found}"
-    return found
 
 
 @pytest.fixture(scope="session")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from splitter.binaries.elf import analyse_elf
@@ -32,6 +35,17 @@ def cache_root() -> Path:
     return Path(os.environ.get("SPLITTER_CACHE") or Path.home() / ".cache" / "splitter")
 
 
+@contextlib.contextmanager
+def cache_lock(name: str) -> Iterator[None]:
+    """Hold an exclusive lock on one cache entry while filling it: the test processes of
+    pytest-xdist ask for the same venvs and wheels at once."""
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{name}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
 def cmake_executable(label: str) -> Path:
     """A cmake binary of the given version line, installed from PyPI once into the cache."""
     spec = CMAKE_SPECS[label]
@@ -43,12 +57,13 @@ def cmake_executable(label: str) -> Path:
             return Path(system)
     target = cache_root() / "cmake" / label
     binary = target / "cmake" / "data" / "bin" / "cmake"
-    if not binary.exists():
-        subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "--target", str(target), spec],
-            check=True,
-            capture_output=True,
-        )
+    with cache_lock(f"cmake-{label}"):
+        if not binary.exists():
+            subprocess.run(
+                [sys.executable, "-m", "pip", "install", "--quiet", "--target", str(target), spec],
+                check=True,
+                capture_output=True,
+            )
     return binary
 
 

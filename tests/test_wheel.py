@@ -16,6 +16,7 @@ from consumer_tools import (
     MODEL,
     RUN_PTE,
     build_consumer,
+    cache_lock,
     cache_root,
     cmake_executable,
     expected_output,
@@ -168,20 +169,21 @@ def export_venv(wheels: dict[str, Path]) -> Path:
     root = cache_root() / "export-venv-1.5.1"
     python = root / "bin" / "python"
     marker = root / ".complete"
-    if not marker.exists():
-        venv(root)
-        from packaging.metadata import Metadata
+    with cache_lock(root.name):
+        if not marker.exists():
+            venv(root)
+            from packaging.metadata import Metadata
 
-        with zipfile.ZipFile(wheels["executorch-export"]) as archive:
-            name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
-            meta = Metadata.from_email(archive.read(name).decode(), validate=False)
-        requirements = [
-            str(r)
-            for r in meta.requires_dist or []
-            if not r.name.startswith("executorch") and r.name != "torch"
-        ]
-        pip(python, "install", "--quiet", "torch==2.13.0", *requirements)
-        marker.write_text("ok\n")
+            with zipfile.ZipFile(wheels["executorch-export"]) as archive:
+                name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+                meta = Metadata.from_email(archive.read(name).decode(), validate=False)
+            requirements = [
+                str(r)
+                for r in meta.requires_dist or []
+                if not r.name.startswith("executorch") and r.name != "torch"
+            ]
+            pip(python, "install", "--quiet", "torch==2.13.0", *requirements)
+            marker.write_text("ok\n")
     return python
 
 
