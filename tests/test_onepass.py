@@ -101,3 +101,54 @@ def test_a_full_scratch_is_an_output_error_not_a_broken_wheel(tmp_path: Path) ->
     message = str(caught.value)
     assert "No space left on device" in message and str(root / "executorch" / "a.py") in message
     assert "SPLITTER_SCRATCH" in message
+
+
+def tree_listing(root: Path) -> dict[str, tuple[int, str]]:
+    """Every path under `root`: its mode, and the sha256 of a file (directories: "")."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+        found[str(path.relative_to(root))] = (path.stat().st_mode & 0o7777, digest)
+    return found
+
+
+@pytest.mark.integration
+def test_staging_from_the_unpacked_tree_equals_staging_from_the_zip(
+    real_wheel: Path, tmp_path: Path
+) -> None:
+    """Whole directories are renamed out of the unpacked tree (made under umask 077 here);
+    the result must be the tree that extracting file by file gives, modes included."""
+    from splitter.layout import install_path
+    from splitter.plan import make_plan
+    from splitter.recipe import load_recipe
+    from splitter.targets.conda import conda_layout
+    from splitter.targets.stage import stage
+
+    previous = os.umask(0o077)
+    try:
+        plan = make_plan(real_wheel, load_recipe(), unpack=lambda size: tmp_path / "unpacked")
+        layout = conda_layout(plan)
+        moved = stage(
+            plan, layout, lambda name: tmp_path / "moved" / name, unpacked=tmp_path / "unpacked"
+        )
+        extracted = stage(plan, layout, lambda name: tmp_path / "extracted" / name)
+    finally:
+        os.umask(previous)
+    assert moved.packages.keys() == extracted.packages.keys()
+    for name in moved.packages:
+        assert [f.path for f in moved.packages[name]] == [f.path for f in extracted.packages[name]]
+    moved_tree, extracted_tree = (
+        tree_listing(tmp_path / "moved"),
+        tree_listing(tmp_path / "extracted"),
+    )
+    assert moved_tree == extracted_tree
+    assert {mode for mode, digest in moved_tree.values() if not digest} == {0o755}
+    assert len(moved_tree) > len(plan.wheel.entries)  # files and their directories
+    unpacked = tmp_path / "unpacked"
+    left = sorted(str(p.relative_to(unpacked)) for p in unpacked.rglob("*") if p.is_file())
+    regenerated = [
+        e.path
+        for e in plan.wheel.entries
+        if install_path(e.path, layout, plan.wheel.dist_info) is None
+    ]
+    assert left == sorted(regenerated)  # RECORD, the upstream CMake files: nothing else stays

@@ -13,7 +13,7 @@ ORIGIN = "$ORIGIN"
 
 
 def find_unresolved(
-    files: Mapping[str, Path],
+    files: Mapping[str, str | Path],
     allowed: frozenset[str],
     default_dirs: tuple[str, ...] = (),
     elves: frozenset[str] | None = None,
@@ -32,10 +32,11 @@ def find_unresolved(
             if relative not in elves:
                 continue
         else:
-            with real.open("rb") as handle:
+            with open(real, "rb") as handle:
                 if not is_elf(handle.read(4)):
                     continue
-        info = analyse_elf(relative, real.read_bytes(), registrations=False)
+        with open(real, "rb") as handle:
+            info = analyse_elf(relative, handle.read(), registrations=False)
         here = posixpath.dirname(relative)
         search = []
         for entry in (*info.rpath, *info.runpath):
@@ -54,7 +55,7 @@ def find_unresolved(
 
 
 def check_resolved(
-    files: Mapping[str, Path],
+    files: Mapping[str, str | Path],
     allowed: frozenset[str],
     default_dirs: tuple[str, ...] = (),
     elves: frozenset[str] | None = None,

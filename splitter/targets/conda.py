@@ -70,7 +70,8 @@ def build_conda(
     byte-reproducible; `rattler-build` and `conda-build` build the generated recipes instead,
     from the local wheel, as a packager's own infrastructure would. `unpacked` is the verified
     tree make_plan wrote into a scratch directory (scratch_dir); staging moves files out of it
-    and works beside it. `jobs` worker processes assemble the packages and read their repodata records.
+    and works beside it. `jobs` worker processes assemble the packages and read their
+    repodata records.
     """
     if backend not in BACKENDS:
         raise SplitterError(f"--backend must be one of {', '.join(BACKENDS)}, not {backend!r}")

@@ -86,7 +86,7 @@ def manifest(plan: Plan, staged: Staged, name: str) -> dict[str, object]:
     root = "/" + staged.layout.prefix.strip("/")
     files = []
     for item in staged.packages[name]:
-        data = item.real.read_bytes()
+        data = Path(item.real).read_bytes()
         files.append(
             {
                 "path": posixpath.join(root, item.path),
