@@ -522,11 +522,13 @@ FAILURES = {
 KILL_WORKER = f"""
 import sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
+import os
 import dying
 import splitter.targets.conda as conda
 from splitter.cli import main
 
 conda.assemble = dying.killed  # what the workers are sent, by reference
+os.environ["DYING_BUILD_PID"] = str(os.getpid())  # the build's own jobs run for real
 main()
 """
 

@@ -26,6 +26,32 @@ def _pid(_: object) -> int:
     return os.getpid()
 
 
+def test_the_calling_process_takes_jobs_while_the_workers_are_busy() -> None:
+    workers = Workers(1, warm="json")
+    try:
+        answered = list(workers.run(_slow_pid, [0.5, 0.0, 0.0], local=True))
+    finally:
+        workers.close()
+    by_index = dict(answered)
+    assert sorted(by_index) == [0, 1, 2] and len(answered) == 3
+    assert by_index[0] != os.getpid()  # the first (largest) job went to the worker
+    assert by_index[1] == by_index[2] == os.getpid()  # the build did the rest meanwhile
+    assert [index for index, _ in answered] == [1, 2, 0]
+
+
+def test_no_worker_means_the_build_does_everything() -> None:
+    workers = Workers(0, warm="json")
+    assert set(dict(workers.run(_pid, [0, 1, 2], local=True)).values()) == {os.getpid()}
+    workers.close()
+
+
+def _slow_pid(seconds: float) -> int:
+    import time
+
+    time.sleep(seconds)
+    return os.getpid()
+
+
 def test_an_exception_in_a_worker_is_raised_in_the_build() -> None:
     workers = Workers(1, warm="json")
     try:

@@ -1,9 +1,11 @@
-"""rattler-build's assembler, run in worker processes, and the info additions it cannot write.
+"""rattler-build's assembler, run by the build and its worker processes, and the info
+additions it cannot write.
 
 `assemble_package` holds the GIL for its whole run (measured: a ticking thread advanced 2
 times in 3.2 s), and about half of its time is single-threaded file copying, hashing and
-writing; so packages are assembled in separate processes (splitter.targets.workers),
-largest first, each followed by its info additions and its repodata record.
+writing; so packages are assembled in parallel processes (splitter.targets.workers: the
+largest by a worker, the rest by the build meanwhile), each followed by its info additions
+and its repodata record.
 """
 
 from __future__ import annotations

@@ -40,7 +40,9 @@ from splitter.targets.workers import WorkerDied, Workers, die_with_parent
 
 SIDECAR = "info/splitter-process-exclusive.json"
 DEFAULT_LEVEL = 9
-WORKERS = 2  # default worker processes (measured: 1 is ~0.6 s slower, ~35 MB leaner)
+# Default packaging processes, the build's own included (measured on 1.5.1, 5 alternating
+# runs: 1 is ~0.3 s slower and ~45 MB leaner, 163 against 207 MB summed).
+WORKERS = 2
 
 
 def conda_layout(plan: Plan) -> Layout:
@@ -70,8 +72,8 @@ def build_conda(
     byte-reproducible; `rattler-build` and `conda-build` build the generated recipes instead,
     from the local wheel, as a packager's own infrastructure would. `unpacked` is the verified
     tree make_plan wrote into a scratch directory (scratch_dir); staging moves files out of it
-    and works beside it. `jobs` worker processes assemble the packages and read their
-    repodata records.
+    and works beside it. `jobs` processes (the build and jobs - 1 workers) assemble the
+    packages and read their repodata records.
     """
     if backend not in BACKENDS:
         raise SplitterError(f"--backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
@@ -90,8 +92,8 @@ def build_conda(
     need = sum(p.bytes for p in plan.packages)
     with atomic_output(out) as build, _scratch(need, unpacked) as work:
         pool = None
-        if backend == "assemble":
-            pool = Workers(min(jobs, len(plan.packages)), warm="rattler_build")
+        if backend == "assemble":  # the build assembles too: jobs - 1 workers
+            pool = Workers(min(jobs, len(plan.packages)) - 1, warm="rattler_build")
         try:
             staged = stage(
                 plan,
@@ -181,7 +183,7 @@ def assemble_all(
     ]
     records: dict[str, dict[str, object]] = {}
     try:
-        for done, (index, result) in enumerate(pool.run(assemble, jobs), start=1):
+        for done, (index, result) in enumerate(pool.run(assemble, jobs, local=True), start=1):
             package = packages[index]
             _check_assembled(package.name, result)
             records[Path(result.path).name] = result.record

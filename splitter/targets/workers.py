@@ -56,10 +56,12 @@ class Workers:
             )
 
     def run(
-        self, function: Callable[[Any], Any], arguments: list[Any]
+        self, function: Callable[[Any], Any], arguments: list[Any], local: bool = False
     ) -> Iterator[tuple[int, Any]]:
         """Call `function` on each argument, in list order on the next free worker; yield
-        (index, result) as calls finish. A call that raised re-raises here."""
+        (index, result) as calls finish. A call that raised re-raises here. With `local`, the
+        calling process is one more worker: it takes the next argument whenever every worker
+        is busy (one process fewer for the same parallelism)."""
         free = list(self._processes)
         busy: dict[int, int] = {}  # worker pid -> argument index
         todo = list(enumerate(arguments))
@@ -71,6 +73,10 @@ class Workers:
                     _send(_pipe(worker.stdin), (function, argument))
                     busy[worker.pid] = index
                     selector.register(_pipe(worker.stdout), selectors.EVENT_READ, worker)
+                if local and todo:
+                    index, argument = todo.pop(0)
+                    yield index, function(argument)
+                    continue
                 for key, _ in selector.select():
                     worker = key.data
                     selector.unregister(key.fileobj)
