@@ -47,7 +47,11 @@ SITE = "lib/python3.11/site-packages"
 @pytest.fixture(scope="module")
 def channel(real_plan: Plan, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("conda") / "channel"
+    before = dict(os.environ)
     build_conda(real_plan, out)
+    # The build packages in its own process too: TMPDIR pointing into its removed scratch
+    # broke every later subprocess (rattler-build: "Could not open or create ... file").
+    assert dict(os.environ) == before, "build_conda changed the calling process's environment"
     return out
 
 

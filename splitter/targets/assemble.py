@@ -19,6 +19,7 @@ import os
 import shutil
 import tarfile
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -74,37 +75,52 @@ class Assembled:
 
 
 def assemble(job: AssembleJob) -> Assembled:
-    """In a worker: assemble one package, add the info files, and read its repodata record,
-    so the channel index of each package is made as soon as that package is done."""
-    os.environ["TMPDIR"] = job.tmpdir  # this worker process only
+    """In a worker or the build: assemble one package, add the info files, and read its
+    repodata record, so the channel index of each package is made as soon as it is done."""
     import rattler_build
 
     entries = [rattler_build.FileEntry.from_paths(real, dest) for real, dest in job.files]
     try:
-        output = rattler_build.assemble_package(
-            name=job.name,
-            version=job.version,
-            target_platform=job.target_platform,
-            build_string=job.build_string,
-            output_dir=job.output_dir,
-            files=entries,
-            homepage=job.homepage,
-            license=job.license,
-            summary=job.summary,
-            description=job.description,
-            depends=list(job.depends),
-            license_files=list(job.license_files),
-            compression_level=job.compression_level,
-            compression_threads=job.compression_threads,
-            timestamp=job.timestamp,
-            detect_prefix=False,
-        )
+        with _tmpdir(job.tmpdir):
+            output = rattler_build.assemble_package(
+                name=job.name,
+                version=job.version,
+                target_platform=job.target_platform,
+                build_string=job.build_string,
+                output_dir=job.output_dir,
+                files=entries,
+                homepage=job.homepage,
+                license=job.license,
+                summary=job.summary,
+                description=job.description,
+                depends=list(job.depends),
+                license_files=list(job.license_files),
+                compression_level=job.compression_level,
+                compression_threads=job.compression_threads,
+                timestamp=job.timestamp,
+                detect_prefix=False,
+            )
     except rattler_build.RattlerBuildError as exc:
         return Assembled(error=str(exc))
     release_freed_memory()  # the assembler's compression buffers, before the next job
     package = Path(output.path)
     rewrite_info(package, job.additions)
     return Assembled(path=str(package), record=channel_record(package, Path(job.tmpdir)))
+
+
+@contextlib.contextmanager
+def _tmpdir(directory: str) -> Iterator[None]:
+    """TMPDIR for rattler-build's copies, restored after: the build process assembles too,
+    and its later subprocesses must not inherit a scratch directory that is gone."""
+    previous = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = directory
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["TMPDIR"]
+        else:
+            os.environ["TMPDIR"] = previous
 
 
 def channel_record(package: Path, scratch: Path) -> dict[str, object]:
