@@ -13,7 +13,7 @@ import stat
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from email.parser import HeaderParser
 from functools import lru_cache
 from pathlib import Path
@@ -33,6 +33,7 @@ SUSPECT_SIZE = 1 << 20
 MAX_TOTAL = 8 << 30
 CHUNK = 1 << 20
 BIG = 64 << 10  # members streamed by the helper thread (see _stream_all)
+AHEAD = 64 << 20  # how far (bytes of members) the helper may run ahead of the caller
 
 Unpack = Callable[[int], Path]  # uncompressed size -> a fresh directory to unpack into
 Visitor = Callable[[str, "bytes | None"], None]  # bytes only for members `wants` selects
@@ -267,15 +268,25 @@ def _stream_all(
         ThreadPoolExecutor(max_workers=1) as helper,
     ):
         try:
-            ahead = {
-                name: helper.submit(
-                    _stream_member, helper_archive, infos[name], wants, targets[name]
-                )
-                for name in big
-            }
+            ahead: dict[str, Future[tuple[bytes, int, bytes | None]]] = {}
+            submitted = 0
+            pending = 0  # bytes of big members submitted and not yet taken
             for name in names:
-                future = ahead.get(name)
+                # The helper runs ahead by at most AHEAD bytes (at least one member): each
+                # ELF it finished holds its bytes until taken, so a wheel of many large
+                # libraries would otherwise sit in memory whole. 1.5.1's 62 (33 MB) fit.
+                while submitted < len(big) and (
+                    not ahead or pending + infos[big[submitted]].file_size <= AHEAD
+                ):
+                    member = infos[big[submitted]]
+                    ahead[member.filename] = helper.submit(
+                        _stream_member, helper_archive, member, wants, targets[member.filename]
+                    )
+                    pending += member.file_size
+                    submitted += 1
+                future = ahead.pop(name, None)
                 if future is not None:
+                    pending -= infos[name].file_size
                     yield name, future.result()
                 else:
                     yield name, _stream_member(archive, infos[name], wants, targets[name])

@@ -152,3 +152,23 @@ def test_staging_from_the_unpacked_tree_equals_staging_from_the_zip(
         if install_path(e.path, layout, plan.wheel.dist_info) is None
     ]
     assert left == sorted(regenerated)  # RECORD, the upstream CMake files: nothing else stays
+
+
+def test_a_narrow_read_ahead_window_gives_the_same_verified_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The helper thread runs at most AHEAD bytes ahead; with a window smaller than any
+    member (one at a time), every member is still read, verified and written once, in order."""
+    import splitter.wheel
+
+    files = {f"executorch/lib{i}.so": b"\x7fELF" + os.urandom(200 << 10) for i in range(6)}
+    files["executorch/small.py"] = b"x = 1\n"
+    wheel = make_wheel(tmp_path, files)
+    wide = read_wheel(wheel, unpack=lambda size: tmp_path / "wide")
+    monkeypatch.setattr(splitter.wheel, "AHEAD", 1)
+    narrow = read_wheel(wheel, unpack=lambda size: tmp_path / "narrow")
+    assert narrow.entries == wide.entries
+    for entry in narrow.entries:
+        assert (tmp_path / "narrow" / entry.path).read_bytes() == (
+            tmp_path / "wide" / entry.path
+        ).read_bytes()
