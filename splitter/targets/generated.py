@@ -12,12 +12,12 @@ from splitter.cmake import (
     RUNTIME_COMPONENT,
     VERSION,
     CMakeLayout,
-    render_config,
     render_exclusive,
     render_fragment,
     render_pkgconfig,
     render_version,
 )
+from splitter.cmakeconfig import render_config
 from splitter.layout import Layout
 from splitter.model import PackagePlan, Plan
 from splitter.report import verdict_json

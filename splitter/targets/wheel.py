@@ -22,11 +22,11 @@ from splitter.cmake import (
     RUNTIME_COMPONENT,
     VERSION,
     CMakeLayout,
-    render_config,
     render_exclusive,
     render_fragment,
     render_version,
 )
+from splitter.cmakeconfig import render_config
 from splitter.guard import guard_files
 from splitter.model import PackagePlan, Plan
 from splitter.output import atomic_output

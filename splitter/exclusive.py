@@ -1,0 +1,108 @@
+"""Process exclusivity, decided from the binaries: a declared pair of files is in effect when
+both register the same ExecuTorch operators and neither loads the other (a process holding
+both aborts with 'Re-registering'), and not in effect when one links the other; an undeclared
+colliding pair is an error. Part of make_plan."""
+
+from __future__ import annotations
+
+from splitter.errors import ExclusivityError, RecipeError
+from splitter.model import BinaryInfo, Dependency, Recipe, Verdict
+
+
+def judge_exclusive(
+    binaries: list[BinaryInfo],
+    by_path: dict[str, BinaryInfo],
+    closure: dict[str, frozenset[str]],
+    owners: dict[str, tuple[str, int]],
+    recipe: Recipe,
+) -> tuple[Verdict, ...]:
+    """Decide every declared pair from the binaries, and refuse undeclared collisions."""
+    declared = {frozenset((p.first, p.second)): p for p in recipe.exclusive}
+    verdicts: list[Verdict] = []
+    for pair in recipe.exclusive:
+        for path in (pair.first, pair.second):
+            if path not in by_path:
+                raise RecipeError(
+                    f"process_exclusive names a file that is not a shipped ELF ({path}): "
+                    f"{recipe.path}:{pair.line}\ncorrect the path"
+                )
+        verdicts.append(_verdict(by_path[pair.first], by_path[pair.second], closure, owners, True))
+    registering = [b for b in binaries if b.et_operators]
+    undeclared = []
+    for i, first in enumerate(registering):
+        for second in registering[i + 1 :]:
+            common = set(first.et_operators) & set(second.et_operators)
+            if not common or frozenset((first.path, second.path)) in declared:
+                continue
+            verdict = _verdict(first, second, closure, owners, False)
+            if verdict.in_effect:
+                undeclared.append(verdict)
+    if undeclared:
+        lines = "\n".join(
+            f"  {v.first} and {v.second}: both register {len(v.operators)} operators, "
+            f"e.g. {v.operators[0]}"
+            for v in undeclared
+        )
+        raise ExclusivityError(
+            f"files register the same ExecuTorch operators without one loading the other, "
+            f"so a process holding both aborts ('Re-registering'):\n{lines}\n"
+            f"declare each pair under [[process_exclusive]] in {recipe.path}"
+        )
+    return tuple(verdicts)
+
+
+def _verdict(
+    first: BinaryInfo,
+    second: BinaryInfo,
+    closure: dict[str, frozenset[str]],
+    owners: dict[str, tuple[str, int]],
+    declared: bool,
+) -> Verdict:
+    common = tuple(sorted(set(first.et_operators) & set(second.et_operators)))
+    evidence = [
+        f"{first.path} registers {len(first.et_operators)} ExecuTorch kernels"
+        + (f" ({first.registry} registry)" if first.registry else " (no registry use)"),
+        f"{second.path} registers {len(second.et_operators)} ExecuTorch kernels"
+        + (f" ({second.registry} registry)" if second.registry else " (no registry use)"),
+    ]
+    first_loads = second.path in closure[first.path]
+    second_loads = first.path in closure[second.path]
+    if first_loads:
+        evidence.append(f"{first.path} NEEDS {second.provides}: both share one copy")
+    if second_loads:
+        evidence.append(f"{second.path} NEEDS {first.provides}: both share one copy")
+    if common and (first_loads or second_loads):
+        raise ExclusivityError(
+            f"{first.path} and {second.path} both register {common[0]} and one loads the other, "
+            "so loading either aborts the process; the wheel itself is broken"
+        )
+    if common:
+        evidence.append(
+            f"both register {len(common)} operators into an ExecuTorch registry and neither "
+            f"loads the other: one process holding both aborts with 'Re-registering {common[0]}'"
+        )
+    elif not (first_loads or second_loads):
+        evidence.append("they register no operator in common")
+    return Verdict(
+        first=first.path,
+        first_package=owners[first.path][0],
+        second=second.path,
+        second_package=owners[second.path][0],
+        declared=declared,
+        in_effect=bool(common),
+        operators=common,
+        evidence=tuple(evidence),
+    )
+
+
+def check_verdicts_against_depends(
+    verdicts: tuple[Verdict, ...], depends: dict[str, dict[str, Dependency]]
+) -> None:
+    """Process-exclusive files must not sit in packages where one depends on the other."""
+    for verdict in verdicts:
+        a, b = verdict.first_package, verdict.second_package
+        if verdict.in_effect and a != b and (b in depends[a] or a in depends[b]):
+            raise ExclusivityError(
+                f"{verdict.first} ({a}) and {verdict.second} ({b}) must not share a process, "
+                f"but one package depends on the other, so installing it brings both"
+            )
