@@ -68,8 +68,7 @@ def _cached(requirement: Requirement) -> Path | None:
 
 
 def _download(requirement: Requirement) -> Path:
-    """pip download into a temporary directory beside the cache, moved in when complete, under
-    a lock: builds started at once share one download and never read a half-written wheel."""
+    """pip download under a lock on the cache: builds started at once share one download."""
     directory = cache_dir()
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / ".download.lock", "w") as lock:
@@ -77,27 +76,35 @@ def _download(requirement: Requirement) -> Path:
         cached = _cached(requirement)  # another build may have fetched it while we waited
         if cached is not None:
             return cached
-        with tempfile.TemporaryDirectory(prefix=".download-", dir=directory) as temporary:
-            command = [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--only-binary=:all:",
-                "--dest",
-                temporary,
-                str(requirement),
-            ]
-            result = subprocess.run(command, capture_output=True, text=True, check=False)
-            if result.returncode != 0:
-                message = f"pip could not download {requirement}"
-                raise ExternalToolError(message, command, result.returncode, result.stderr)
-            moved = []
-            for wheel in sorted(Path(temporary).glob("*.whl")):
-                os.replace(wheel, directory / wheel.name)
-                moved.append(directory / wheel.name)
+        moved = download_wheels(str(requirement), directory)
     found = _cached(requirement) or next(iter(moved), None)
     if found is None:
         raise InvalidWheel(f"pip downloaded no wheel for {requirement} into {directory}")
     return found
+
+
+def download_wheels(requirement: str, directory: Path, options: tuple[str, ...] = ()) -> list[Path]:
+    """`pip download --no-deps` into a temporary directory beside `directory`, each wheel moved
+    in when complete: a reader of `directory` never sees half a wheel."""
+    with tempfile.TemporaryDirectory(prefix=".download-", dir=directory) as temporary:
+        command = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--dest",
+            temporary,
+            *options,
+            requirement,
+        ]
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            message = f"pip could not download {requirement}"
+            raise ExternalToolError(message, command, result.returncode, result.stderr)
+        moved = []
+        for wheel in sorted(Path(temporary).glob("*.whl")):
+            os.replace(wheel, directory / wheel.name)
+            moved.append(directory / wheel.name)
+    return moved

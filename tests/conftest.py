@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
@@ -39,29 +37,12 @@ def _download(requirement: str, platform: str | None) -> Path:
 
 
 def _pip_download(requirement: str, platform: str | None, directory: Path) -> None:
-    """pip download into a temporary directory, then moved in whole (splitter's own cache
-    lookup must never see half a wheel)."""
-    with tempfile.TemporaryDirectory(dir=directory, prefix=".download-") as temporary:
-        _run_pip(requirement, platform, Path(temporary))
-        for wheel in Path(temporary).glob("*.whl"):
-            os.replace(wheel, directory / wheel.name)
+    """splitter's own atomic download, for a platform too (splitter's cache lookup must never
+    see half a wheel)."""
+    from splitter.fetch import download_wheels
 
-
-def _run_pip(requirement: str, platform: str | None, directory: Path) -> None:
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--dest",
-        str(directory),
-        requirement,
-    ]
-    if platform:
-        command += ["--platform", platform, "--python-version", "3.11"]
-    subprocess.run(command, check=True, capture_output=True)
+    options = ("--platform", platform, "--python-version", "3.11") if platform else ()
+    download_wheels(requirement, directory, options)
 
 
 @pytest.fixture(scope="session")
