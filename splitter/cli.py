@@ -5,30 +5,22 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from splitter.console import compute_plan, out, progress_bar, show_plan, show_why, state
 from splitter.errors import SplitterError
-from splitter.fetch import resolve_input
 from splitter.layout import make_layout
-from splitter.model import Plan
-from splitter.plan import make_plan
-from splitter.recipe import load_recipe
 from splitter.report import plan_json
 from splitter.scratch import wheel_scratch
 from splitter.targets.conda import DEFAULT_LEVEL, WORKERS, build_conda
 from splitter.targets.tree import build_tree
 from splitter.targets.wheel import build_wheels
-from splitter.wheel import Unpack
 
 app = typer.Typer(
     add_completion=False,
@@ -36,9 +28,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Split the ExecuTorch wheel into runtime, quantized-kernel and export packages.",
 )
-out = Console()
-err = Console(stderr=True)
-state = {"traceback": False, "quiet": False}
 
 WheelArg = Annotated[
     str | None,
@@ -64,66 +53,6 @@ def main_options(
     state["quiet"] = quiet
 
 
-@contextmanager
-def progress_bar(enabled: bool) -> Iterator[Progress | None]:
-    """A rich progress bar on stderr, or nothing when quiet or not a terminal."""
-    if not enabled or state["quiet"] or not err.is_terminal:
-        yield None
-        return
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-    ) as bar:
-        yield bar
-
-
-def zipfile_names(path: Path) -> list[str]:
-    """Member names of a zip, for a progress total; empty when it cannot be read (the plan
-    reports that properly)."""
-    import zipfile
-
-    try:
-        with zipfile.ZipFile(path) as archive:
-            return [n for n in archive.namelist() if not n.endswith("/")]
-    except (OSError, zipfile.BadZipFile):
-        return []
-
-
-def compute_plan(
-    wheel: str | None,
-    recipe_path: Path | None,
-    show_progress: bool,
-    unpack: Unpack | None = None,
-) -> Plan:
-    """Resolve the input, load the recipe and make the plan, with a progress bar; `unpack`
-    gives the directory to write the verified files into (see read_wheel)."""
-    recipe = load_recipe(recipe_path)
-    with progress_bar(show_progress) as bar:
-        task = (
-            bar.add_task("resolving the wheel (pip download when not cached)", total=None)
-            if bar
-            else None
-        )
-        path = resolve_input(wheel, recipe)
-        if bar is not None and task is not None:
-            bar.update(
-                task,
-                description=f"verifying and analysing {path.name}",
-                total=len(zipfile_names(path)),
-            )
-
-        def report(stage: str, done: int, total: int) -> None:
-            if bar is not None and task is not None:
-                bar.update(task, completed=done)
-
-        return make_plan(path, recipe, report, unpack)
-
-
 @app.command()
 def plan(
     wheel: WheelArg = None,
@@ -142,60 +71,6 @@ def plan(
         sys.stdout.write(json.dumps(plan_json(result), indent=2, sort_keys=False) + "\n")
         return
     show_plan(result)
-
-
-def show_why(result: Plan, path: str, as_json: bool) -> None:
-    """Print the owning package and rule of one path."""
-    if path not in result.owners:
-        raise SplitterError(f"no such file in {result.wheel.filename}: {path}")
-    package, index = result.owners[path]
-    rule = result.recipe.rules[index]
-    if as_json:
-        print(
-            json.dumps(
-                {
-                    "path": path,
-                    "package": package,
-                    "rule": index,
-                    "glob": list(rule.globs),
-                    "reason": rule.reason,
-                }
-            )
-        )
-        return
-    out.print(
-        f"{path}\n  -> [bold]{package}[/] by rules[{index}] {list(rule.globs)} "
-        f"({result.recipe.path.name}:{rule.line})\n  {rule.reason}"
-    )
-
-
-def show_plan(result: Plan) -> None:
-    """Rich tables: one row per package, then the exclusivity verdicts."""
-    wheel = result.wheel
-    out.print(
-        f"[bold]{wheel.filename}[/] sha256 {wheel.sha256[:16]}… "
-        f"{len(wheel.entries)} files, recipe {result.recipe.path.name}"
-    )
-    table = Table("package", "files", "bytes", "depends", "external", "CMake components")
-    for pkg in result.packages:
-        table.add_row(
-            pkg.name,
-            str(len(pkg.files)),
-            f"{pkg.bytes:,}",
-            "\n".join(d.conda for d in pkg.depends) or "-",
-            "\n".join(d.pip for d in pkg.externals) or "-",
-            ", ".join(pkg.cmake_components) or "-",
-        )
-    out.print(table)
-    rules = Table("rule", "glob", "package", "reason")
-    for rule in result.recipe.rules:
-        rules.add_row(str(rule.index), "\n".join(rule.globs), rule.package, rule.reason)
-    out.print(rules)
-    for verdict in result.exclusive:
-        state_text = "[red]IN EFFECT[/]" if verdict.in_effect else "[green]not in effect[/]"
-        out.print(f"process-exclusive {verdict.first} / {verdict.second}: {state_text}")
-        for line in verdict.evidence:
-            out.print(f"  - {line}")
 
 
 def main() -> None:
