@@ -203,6 +203,16 @@ def corrupt_stored(directory: Path) -> Path:
     return wheel
 
 
+def local_name_differs(directory: Path) -> Path:
+    """The member's local header names another file than the central directory does."""
+    wheel = write_wheel(directory, base_files())
+    data = bytearray(wheel.read_bytes())
+    local, _ = member_offsets(bytes(data), PAYLOAD)
+    data[local + 30] ^= 0x20  # "executorch/..." -> "Executorch/..." in the local header only
+    wheel.write_bytes(bytes(data))
+    return wheel
+
+
 def no_dist_info(directory: Path) -> Path:
     return write_zip(directory / FILENAME, [(PAYLOAD, b"x = 1\n")])
 
@@ -342,6 +352,16 @@ CASES = [
             mentions=("Bad CRC-32",),
         ),
         id="corrupt-crc",
+    ),
+    pytest.param(
+        Case(
+            build=local_name_differs,
+            code=BAD,
+            what="corrupt entry in the wheel",
+            value=PAYLOAD,
+            mentions=("and header", "differ"),
+        ),
+        id="local-header-name",
     ),
     pytest.param(
         Case(

@@ -7,6 +7,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,49 @@ def test_a_narrow_read_ahead_window_gives_the_same_verified_files(
         assert (tmp_path / "narrow" / entry.path).read_bytes() == (
             tmp_path / "wide" / entry.path
         ).read_bytes()
+
+
+def test_small_members_read_whole_match_zipfile_streaming(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Members under BIG are read in one piece (_read_small), not through zipfile's streams;
+    stored or deflated, empty or not, ELF (kept for analysis) or not, they give the same
+    hashes, kept bytes and unpacked files as zipfile streaming every member (BIG = 0)."""
+    import splitter.wheel
+
+    files = {
+        "executorch/empty.py": b"",
+        "executorch/small.py": b"x = 1\n" * 100,
+        "executorch/lib/libsmall.so": b"\x7fELF" + os.urandom(3000),
+        "executorch/random.bin": os.urandom(40 << 10),
+        "executorch/large.bin": os.urandom(200 << 10),
+    }
+    deflated = make_wheel(tmp_path, files)
+    stored = tmp_path / "stored" / deflated.name
+    stored.parent.mkdir()
+    with zipfile.ZipFile(deflated) as source, zipfile.ZipFile(stored, "w") as target:
+        for info in source.infolist():  # every other member stored, the rest deflated
+            data = source.read(info)
+            info.compress_type = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)[len(info.filename) % 2]
+            target.writestr(info, data)
+
+    def read(wheel: Path, unpacked: Path) -> tuple[object, dict[str, bytes | None]]:
+        kept: dict[str, bytes | None] = {}
+        info = read_wheel(
+            wheel,
+            lambda name, data: kept.__setitem__(name, data),
+            lambda name, head: head.startswith(b"\x7fELF"),
+            lambda size: unpacked,
+        )
+        return info.entries, kept
+
+    for wheel in (deflated, stored):
+        whole = read(wheel, tmp_path / wheel.parent.name / "whole")
+        monkeypatch.setattr(splitter.wheel, "BIG", 0)
+        streamed = read(wheel, tmp_path / wheel.parent.name / "streamed")
+        monkeypatch.undo()
+        assert whole == streamed
+        assert whole[1]["executorch/lib/libsmall.so"] == files["executorch/lib/libsmall.so"]
+        for name, data in files.items():
+            for how in ("whole", "streamed"):
+                assert (tmp_path / wheel.parent.name / how / name).read_bytes() == data
