@@ -7,10 +7,21 @@ does) would otherwise import the whole CLI (typer, rich, pyelftools: ~0.45 s of 
 
 
 def main() -> None:
-    """Run the CLI."""
+    """Run the CLI.
+
+    The garbage collector is frozen twice (measured on a conda build of 1.5.1): after the
+    imports, whose 45k objects live as long as the process, so collections during the build
+    do not walk them again; and at the end, so that finalization does not walk every object
+    only to free them all (0.13-0.15 s of a 4 s build)."""
+    import gc
+
     from splitter.cli import main as cli_main
 
-    cli_main()
+    gc.freeze()
+    try:
+        cli_main()
+    finally:
+        gc.freeze()
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from splitter.targets.workers import WorkerDied, Workers
 
 
 def test_every_call_answers_once_on_the_workers() -> None:
-    workers = Workers(2, warm="json")
+    workers = Workers(2, warm=("json",))
     try:
         answers = dict(workers.run(abs, [-3, 1, -2, 5, -8]))
         pids = set(dict(workers.run(_pid, list(range(6)))).values())
@@ -27,7 +27,7 @@ def _pid(_: object) -> int:
 
 
 def test_the_calling_process_takes_jobs_while_the_workers_are_busy() -> None:
-    workers = Workers(1, warm="json")
+    workers = Workers(1, warm=("json",))
     try:
         answered = list(workers.run(_slow_pid, [0.5, 0.0, 0.0], local=True))
     finally:
@@ -40,7 +40,7 @@ def test_the_calling_process_takes_jobs_while_the_workers_are_busy() -> None:
 
 
 def test_no_worker_means_the_build_does_everything() -> None:
-    workers = Workers(0, warm="json")
+    workers = Workers(0, warm=("json",))
     assert set(dict(workers.run(_pid, [0, 1, 2], local=True)).values()) == {os.getpid()}
     workers.close()
 
@@ -53,7 +53,7 @@ def _slow_pid(seconds: float) -> int:
 
 
 def test_an_exception_in_a_worker_is_raised_in_the_build() -> None:
-    workers = Workers(1, warm="json")
+    workers = Workers(1, warm=("json",))
     try:
         with pytest.raises(OSError) as raised:
             list(workers.run(dying.disk_full, [None]))
@@ -63,7 +63,7 @@ def test_an_exception_in_a_worker_is_raised_in_the_build() -> None:
 
 
 def test_a_killed_worker_is_reported_not_waited_for() -> None:
-    workers = Workers(2, warm="json")
+    workers = Workers(2, warm=("json",))
     try:
         with pytest.raises(WorkerDied, match="signal 9"):
             list(workers.run(dying.killed, [None, None]))
@@ -72,8 +72,21 @@ def test_a_killed_worker_is_reported_not_waited_for() -> None:
 
 
 def test_close_leaves_no_process() -> None:
-    workers = Workers(2, warm="json")
+    workers = Workers(2, warm=("json",))
     pids = set(dict(workers.run(_pid, [0, 1])).values())
     workers.close()
     for pid in pids:
         assert subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode != 0
+
+
+def test_shrink_lets_the_surplus_workers_exit() -> None:
+    workers = Workers(2, warm=("json",))
+    try:
+        started = set(dict(workers.run(_slow_pid, [0.3, 0.3])).values())
+        workers.shrink(1)
+        kept = set(dict(workers.run(_pid, list(range(4)))).values())
+    finally:
+        workers.close()
+    assert len(started) == 2 and len(kept) == 1 and kept < started
+    (gone,) = started - kept
+    assert subprocess.run(["kill", "-0", str(gone)], capture_output=True).returncode != 0

@@ -24,6 +24,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from splitter.targets.workers import Workers
+
+# What a worker imports before its first call.
+WARM = ("rattler_build", __name__)
 PLACEHOLDER = "/opt/anaconda1anaconda2anaconda3"
 ZIP64_LIMIT = 0xFFFFFFFF
 
@@ -106,6 +110,22 @@ def assemble(job: AssembleJob) -> Assembled:
     package = Path(output.path)
     rewrite_info(package, job.additions)
     return Assembled(path=str(package), record=channel_record(package, Path(job.tmpdir)))
+
+
+@contextlib.contextmanager
+def assemble_workers(jobs: int, started: Workers | None = None) -> Iterator[Workers]:
+    """The `jobs - 1` worker processes that assemble beside the build, or `started`: the same,
+    started by the caller before the plan was computed, so that their start-up (0.5 s of
+    imports) was over when the packages were staged. Killed if the build fails (before its
+    scratch goes); else closed, unless the caller started them."""
+    pool = started if started is not None else Workers(jobs - 1, warm=WARM)
+    try:
+        yield pool
+    except BaseException:
+        pool.kill()
+        raise
+    if started is None:
+        pool.close()
 
 
 @contextlib.contextmanager

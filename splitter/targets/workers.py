@@ -30,7 +30,7 @@ SERVE = (
     "import json, sys\n"
     "sys.path[:] = json.loads(sys.argv[2])\n"
     "from splitter.targets.workers import serve\n"
-    "serve(int(sys.argv[1]), sys.argv[3])\n"
+    "serve(int(sys.argv[1]), sys.argv[3:])\n"
 )
 
 
@@ -45,10 +45,10 @@ class WorkerDied(Exception):
 
 class Workers:
     """`count` worker processes, started at once so their start-up (and the import of
-    `warm`) overlaps the build's own work."""
+    the modules in `warm`) overlaps the build's own work."""
 
-    def __init__(self, count: int, warm: str) -> None:
-        command = [sys.executable, "-c", SERVE, str(os.getpid()), json.dumps(sys.path), warm]
+    def __init__(self, count: int, warm: tuple[str, ...]) -> None:
+        command = [sys.executable, "-c", SERVE, str(os.getpid()), json.dumps(sys.path), *warm]
         self._processes: list[subprocess.Popen[bytes]] = []
         for _ in range(count):
             self._processes.append(
@@ -90,19 +90,14 @@ class Workers:
                         raise result
                     yield index, result
 
+    def shrink(self, count: int) -> None:
+        """Let all but `count` workers exit (a build with fewer jobs than workers)."""
+        surplus, self._processes = self._processes[count:], self._processes[:count]
+        _close(surplus)
+
     def close(self) -> None:
         """Let idle workers exit; kill any still busy (the build failed)."""
-        for worker in self._processes:
-            with contextlib.suppress(OSError):
-                _pipe(worker.stdin).close()
-        for worker in self._processes:
-            try:
-                worker.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait()
-            with contextlib.suppress(OSError):
-                _pipe(worker.stdout).close()
+        _close(self._processes)
 
     def kill(self) -> None:
         """Stop every worker now."""
@@ -110,6 +105,21 @@ class Workers:
             with contextlib.suppress(OSError):
                 worker.kill()
         self.close()
+
+
+def _close(processes: list[subprocess.Popen[bytes]]) -> None:
+    """Close the workers' requests, so idle ones exit; kill any still busy after 5 s."""
+    for worker in processes:
+        with contextlib.suppress(OSError):
+            _pipe(worker.stdin).close()
+    for worker in processes:
+        try:
+            worker.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+        with contextlib.suppress(OSError):
+            _pipe(worker.stdout).close()
 
 
 def _pipe(stream: IO[bytes] | None) -> IO[bytes]:
@@ -132,7 +142,7 @@ def _receive(stream: IO[bytes]) -> Any:
     return pickle.loads(data) if len(data) == size else None
 
 
-def serve(build: int, warm: str) -> None:
+def serve(build: int, warm: list[str]) -> None:
     """A worker's loop: die with the build, then answer calls until stdin closes.
 
     The death signal is armed here, after the interpreter started; a build killed before
@@ -144,7 +154,8 @@ def serve(build: int, warm: str) -> None:
     requests = sys.stdin.buffer
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints of a library go to stderr, not into the answers
-    importlib.import_module(warm)
+    for module in warm:
+        importlib.import_module(module)
 
     while (call := _receive(requests)) is not None:
         function, argument = call
@@ -158,6 +169,11 @@ def serve(build: int, warm: str) -> None:
             _send(answers, answer)
         except (pickle.PicklingError, TypeError, AttributeError):
             _send(answers, (True, RuntimeError(traceback.format_exc())))
+    # The build waits for its workers to exit: skip the interpreter's teardown (0.1 s of
+    # freeing modules, measured), with every answer sent and nothing left to flush.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def die_with_parent() -> None:
