@@ -251,14 +251,16 @@ def _stream_all(
     unpack: Path | None,
 ) -> Iterator[tuple[str, tuple[bytes, int, bytes | None]]]:
     """(name, member result) in name order. Members of at least BIG bytes stream in a helper
-    thread with its own handle on the zip: inflating, hashing and writing them release the
-    GIL, so they overlap the calling thread's small members and ELF analysis (the 62 members
-    from 64 KiB are 54% of the real wheel's bytes; read_wheel went from 0.97 to 0.83 s, best
-    of 6). Small members stay on the calling thread: a second reader for them was slower
-    (GIL hand-offs on 4,543 small members).
-    Small members are read whole by _read_small, not through zipfile's stream objects: their
-    per-member overhead was most of the calling thread's time (read_wheel 1.27 -> 1.06 s, mean
-    of 8 alternating runs).
+    thread: inflating, hashing and writing them release the GIL, so they overlap the calling
+    thread's small members and ELF analysis (the 62 members from 64 KiB are 54% of the real
+    wheel's bytes; read_wheel went from 0.97 to 0.83 s, best of 6). Small members stay on the
+    calling thread: a second reader for them was slower (GIL hand-offs on 4,543 members).
+    Small members are read whole by _read_small, with pread on a descriptor of their own, not
+    through zipfile's stream objects: their per-member overhead was most of the calling
+    thread's time (read_wheel 0.97 -> 0.78 s, mean of 10 alternating runs). So the helper
+    has `archive` nearly to itself (zipfile serialises reads of different members through its
+    lock), and a second ZipFile, another copy of the central directory (31 MB for a wheel of
+    46k files), is not needed.
     Member names were checked by check_member_name and `unpack` is a fresh directory only
     this build writes (a wheel cannot carry links), so targets are plain joins: safe_join's
     checks cost 0.66 s over the real wheel (profiled)."""
@@ -273,7 +275,6 @@ def _stream_all(
                 raise _unpack_error(exc, parent) from exc
     big = [name for name in names if infos[name].file_size >= BIG]
     with (
-        _open_zip(path) as helper_archive,
         ThreadPoolExecutor(max_workers=1) as helper,
         path.open("rb", buffering=0) as whole,
     ):
@@ -290,7 +291,7 @@ def _stream_all(
                 ):
                     member = infos[big[submitted]]
                     ahead[member.filename] = helper.submit(
-                        _stream_member, helper_archive, member, wants, targets[member.filename]
+                        _stream_member, archive, member, wants, targets[member.filename]
                     )
                     pending += member.file_size
                     submitted += 1
@@ -303,7 +304,7 @@ def _stream_all(
                 else:
                     yield name, _stream_member(archive, infos[name], wants, targets[name])
         finally:
-            helper.shutdown(wait=True, cancel_futures=True)  # before its zip handle closes
+            helper.shutdown(wait=True, cancel_futures=True)  # before the zip closes
 
 
 def _stream_member(
@@ -470,11 +471,7 @@ def _parse_record(
     rows: dict[str, tuple[str, int | None]] = {}
     # newline="" as the csv module requires: a bare CR then ends a row instead of raising.
     reader = csv.reader(io.StringIO(_text(archive, infos, name), newline=""))
-    try:
-        numbered = list(enumerate(reader, start=1))
-    except csv.Error as exc:  # e.g. a field over csv.field_size_limit()
-        raise InvalidWheel(f"RECORD is not valid CSV ({exc}): {name}") from exc
-    for number, row in numbered:
+    for number, row in _csv_rows(reader, name):  # row by row: 46k rows held at once cost 8 MB
         if not row:
             continue
         if len(row) != 3:
@@ -494,6 +491,13 @@ def _parse_record(
         if not digest and path != name and not path.endswith((".jws", ".p7s")):
             raise InvalidWheel(f"RECORD row {number} has no hash: {path}")
     return rows
+
+
+def _csv_rows(reader: Iterator[list[str]], name: str) -> Iterator[tuple[int, list[str]]]:
+    try:
+        yield from enumerate(reader, start=1)
+    except csv.Error as exc:  # e.g. a field over csv.field_size_limit()
+        raise InvalidWheel(f"RECORD is not valid CSV ({exc}): {name}") from exc
 
 
 def _console_scripts(
