@@ -340,7 +340,7 @@ def main() -> None:
                 big_conda,
                 conda,
                 "1x conda",
-                "target: ~10x (linear), < 200 MB",
+                "target: ~10x (linear); memory reported, the < 200 MB target is the real wheel's",
             )
 
 
