@@ -8,6 +8,7 @@ import contextlib
 import csv
 import hashlib
 import io
+import itertools
 import os
 import stat
 import struct
@@ -158,6 +159,7 @@ def _read_archive(
         infos[name] = info
     if total > MAX_TOTAL:
         raise InvalidWheel(f"wheel declares {total} uncompressed bytes (over {MAX_TOTAL}): {path}")
+    _check_no_overlap(archive.infolist())
 
     dist_info = _find_dist_info(path, infos)
     wheel_meta = HeaderParser().parsestr(_text(archive, infos, f"{dist_info}/WHEEL"))
@@ -224,6 +226,21 @@ def _read_archive(
         timestamp=max(_epoch(i.date_time) for i in infos.values()),
         entries=tuple(entries),
     )
+
+
+def _check_no_overlap(members: list[zipfile.ZipInfo]) -> None:
+    """Each member's data must end before the next member's local header: overlapping entries
+    are how a zip bomb inflates one compressed kernel for many members. zipfile checks this
+    only from CPython 3.11.8 and 3.12.2 (CVE-2024-0450), and _read_small bypasses zipfile."""
+    ordered = sorted(members, key=lambda info: info.header_offset)
+    for this, following in itertools.pairwise(ordered):
+        name = this.orig_filename.encode("utf-8" if this.flag_bits & 0x800 else "cp437")
+        end = this.header_offset + LOCAL_HEADER.size + len(name) + this.compress_size
+        if end > following.header_offset:
+            raise InvalidWheel(
+                f"zip entries overlap (a zip bomb's trick: the data of {this.filename} "
+                f"runs into the next entry): {following.filename}"
+            )
 
 
 def _epoch(date_time: tuple[int, int, int, int, int, int]) -> int:

@@ -213,6 +213,35 @@ def local_name_differs(directory: Path) -> Path:
     return wheel
 
 
+INNER = "executorch/inner.py"
+
+
+def overlapping_entries(directory: Path) -> Path:
+    """A zip bomb's primitive: a member (INNER) whose local header and data lie inside another
+    stored member's data, so that one stretch of bytes is read for two members. Both are in
+    RECORD with their right hashes; only the overlap is wrong."""
+    inner = b"y = 2\n"
+    alone = directory / "inner.zip"
+    write_zip(alone, [(entry(INNER, method=zipfile.ZIP_STORED), inner)])
+    raw = alone.read_bytes()
+    quoted = raw[: data_offset(raw, INNER) + len(inner)]  # INNER's local header and data
+    outer = "executorch/outer.bin"
+    files = base_files()
+    record = record_of({**files, outer: quoted, INNER: inner})
+    extra = [(entry(outer, method=zipfile.ZIP_STORED), quoted)]
+    wheel = bytearray(write_wheel(directory, files, record=record, extra=extra).read_bytes())
+    _, inner_central = member_offsets(raw, INNER)
+    central = bytearray(raw[inner_central : raw.index(b"PK\x05\x06")])
+    struct.pack_into("<I", central, 42, data_offset(bytes(wheel), outer))  # into outer's data
+    end = wheel.rindex(b"PK\x05\x06")
+    count, size = struct.unpack_from("<HI", wheel, end + 10)
+    struct.pack_into("<HHI", wheel, end + 8, count + 1, count + 1, size + len(central))
+    wheel[end:end] = central
+    path = directory / FILENAME
+    path.write_bytes(bytes(wheel))
+    return path
+
+
 def no_dist_info(directory: Path) -> Path:
     return write_zip(directory / FILENAME, [(PAYLOAD, b"x = 1\n")])
 
@@ -352,6 +381,10 @@ CASES = [
             mentions=("Bad CRC-32",),
         ),
         id="corrupt-crc",
+    ),
+    pytest.param(
+        Case(build=overlapping_entries, code=BAD, what="zip entries overlap", value=INNER),
+        id="overlapping-entries",
     ),
     pytest.param(
         Case(
