@@ -243,6 +243,34 @@ def _check_no_overlap(members: list[zipfile.ZipInfo]) -> None:
             )
 
 
+def read_verified(archive: zipfile.ZipFile, entry: WheelEntry, target: str | None = None) -> bytes:
+    """A member read again after read_wheel verified it (the tree and wheel targets re-read
+    the wheel): its bytes, or with `target` written there, only if they still hash to the
+    entry's digest; the file at the wheel's path may have been replaced meanwhile."""
+    digest, size, kept = hashlib.sha256(), 0, []
+    try:
+        with archive.open(entry.path) as stream, _sink(target) as sink:
+            while chunk := stream.read(CHUNK):
+                digest.update(chunk)
+                size += len(chunk)
+                if sink is None:
+                    kept.append(chunk)
+                else:
+                    sink.write(chunk)
+    except (KeyError, zipfile.BadZipFile, zlib.error, EOFError) as exc:
+        raise _changed(archive, entry, f"{type(exc).__name__}: {exc}") from exc
+    if size != entry.size or digest.hexdigest() != entry.sha256:
+        raise _changed(archive, entry, f"{size} bytes, sha256 {digest.hexdigest()}")
+    return b"".join(kept)
+
+
+def _changed(archive: zipfile.ZipFile, entry: WheelEntry, found: str) -> InvalidWheel:
+    return InvalidWheel(
+        f"the wheel changed after it was verified ({found}; {archive.filename} was replaced "
+        f"while splitter ran?): {entry.path}"
+    )
+
+
 def _epoch(date_time: tuple[int, int, int, int, int, int]) -> int:
     return calendar.timegm((*date_time, 0, 0, 0))
 

@@ -683,3 +683,52 @@ def test_no_build_machine_path_in_outputs(
     assert not found, f"{len(found)} leaks, e.g. {found[:5]}"
     # The input's file name is recorded on purpose: proof that the scan reads the members.
     assert (target == "tree" and named) or any("!" in where for where in named), named
+
+
+def test_a_wheel_replaced_after_it_was_verified_is_refused(
+    real_wheel: Path, tmp_path: Path
+) -> None:
+    """Staging from the wheel (tree, and conda when the plan did not unpack it) and the wheel
+    target read the wheel a second time. If the file at its path was replaced after the plan
+    verified it, here by a valid wheel with one file changed, the build names that file and
+    OUT gets nothing: the split never mixes two wheels."""
+    from splitter.layout import make_layout
+    from splitter.plan import make_plan
+    from splitter.recipe import load_recipe
+    from splitter.targets.conda import build_conda
+    from splitter.targets.tree import build_tree
+    from splitter.targets.wheel import build_wheels
+    from splitter.wheel import record_hash
+
+    wheel = tmp_path / real_wheel.name
+    shutil.copyfile(real_wheel, wheel)
+    plan = make_plan(wheel, load_recipe())
+    changed = "executorch/exir/__init__.py"
+    assert plan.owners[changed][0] == "executorch-export"
+    text = b"# not the file splitter verified\n"
+    replacement = tmp_path / "replacement.whl"
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(replacement, "w") as target:
+        for info in source.infolist():  # stored: a quick rewrite, still a valid wheel
+            data = text if info.filename == changed else source.read(info)
+            if info.filename.endswith(".dist-info/RECORD"):
+                row = f"{changed},{record_hash(text)},{len(text)}"
+                lines = data.decode().splitlines()
+                rows = [row if r.startswith(f"{changed},") else r for r in lines]
+                data = ("\n".join(rows) + "\n").encode()
+            info.compress_type = zipfile.ZIP_STORED
+            target.writestr(info, data)
+    os.replace(replacement, wheel)
+
+    layout = make_layout(plan.wheel, "/usr/local", "lib", "include", None)
+    builds = {
+        "tree": lambda out: build_tree(plan, out, layout),
+        "wheel": lambda out: build_wheels(plan, out),
+        "conda": lambda out: build_conda(plan, out, compression_level=1, jobs=1),
+    }
+    for target, build in builds.items():
+        out = tmp_path / target
+        with pytest.raises(InvalidWheel, match="the wheel changed after it was verified") as raised:
+            build(out)
+        assert str(raised.value).endswith(f": {changed}"), target
+        assert not out.exists(), target
+    assert sorted(p.name for p in tmp_path.iterdir()) == [wheel.name]  # nothing left beside

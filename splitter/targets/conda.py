@@ -38,6 +38,7 @@ from splitter.targets.condameta import (
 from splitter.targets.recipes import source_url, write_recipes
 from splitter.targets.stage import Progress, Staged, stage
 from splitter.targets.workers import WorkerDied, Workers, die_with_parent
+from splitter.wheel import read_verified
 
 SIDECAR = "info/splitter-process-exclusive.json"
 DEFAULT_LEVEL = 9
@@ -285,10 +286,11 @@ def build_recipe(
 def _extract_licenses(plan: Plan, directory: Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
+    entries = {e.path: e for e in plan.wheel.entries}
     with zipfile.ZipFile(plan.wheel.path) as archive:
         for name in plan.wheel.license_files:
             target = directory / name.rsplit("/", 1)[-1]
-            target.write_bytes(archive.read(name))
+            read_verified(archive, entries[name], str(target))
             paths.append(target)
     return paths
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
-import shutil
 import threading
 import zipfile
 from collections.abc import Callable
@@ -21,9 +20,9 @@ from splitter.binaries.resolve import check_resolved
 from splitter.errors import SplitterError
 from splitter.guard import guard_files
 from splitter.layout import Layout, install_path
-from splitter.model import BinaryInfo, Plan
+from splitter.model import BinaryInfo, Plan, WheelEntry
 from splitter.targets.generated import generated_files
-from splitter.wheel import check_member_name, safe_join
+from splitter.wheel import check_member_name, read_verified, safe_join
 
 RUNTIME_SONAME = "libexecutorch.so"
 Progress = Callable[[str, int, int], None]
@@ -92,10 +91,9 @@ def stage(
         )
         jobs.append((path, joined))
     if unpacked is None:
-        sizes = {e.path: e.size for e in plan.wheel.entries}
         for parent in sorted({os.path.dirname(real) for _, real in jobs}):
             make_dirs(parent)
-        extract(plan.wheel.path, jobs, replaced, sizes, progress)
+        extract(plan.wheel.path, jobs, replaced, entries, progress)
     else:
         move(str(unpacked), jobs, replaced, [e.path for e in plan.wheel.entries])
 
@@ -144,17 +142,18 @@ def extract(
     wheel: Path,
     jobs: list[tuple[str, str]],
     replaced: dict[str, bytes],
-    sizes: dict[str, int],
+    entries: dict[str, WheelEntry],
     progress: Progress | None,
 ) -> None:
-    """Write each (wheel path, destination); inflating releases the GIL, so two workers with
-    their own handle on the zip halve the wall time on two cores (measured)."""
+    """Write each (wheel path, destination), verified again against the plan's digests (the
+    wheel is read a second time here); inflating and hashing release the GIL, so two workers
+    with their own handle on the zip halve the wall time on two cores (measured)."""
     buckets: list[list[tuple[str, str]]] = [[] for _ in range(WORKERS)]
     load = [0] * WORKERS
-    for job in sorted(jobs, key=lambda j: -sizes[j[0]]):
+    for job in sorted(jobs, key=lambda j: -entries[j[0]].size):
         lightest = load.index(min(load))
         buckets[lightest].append(job)
-        load[lightest] += sizes[job[0]]
+        load[lightest] += entries[job[0]].size
     done = [0]
     lock = threading.Lock()
 
@@ -164,8 +163,7 @@ def extract(
                 if path in replaced:
                     Path(real).write_bytes(replaced[path])
                 else:
-                    with archive.open(path) as source, open(real, "wb") as target:
-                        shutil.copyfileobj(source, target, 1 << 20)
+                    read_verified(archive, entries[path], real)
                 with lock:
                     done[0] += 1
                     if progress is not None and done[0] % 200 == 0:

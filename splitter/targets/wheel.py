@@ -33,7 +33,7 @@ from splitter.output import atomic_output
 from splitter.targets.condameta import exclusivity_sidecar
 from splitter.targets.generated import exclusive_pairs, library_names
 from splitter.targets.stage import Progress
-from splitter.wheel import record_hash
+from splitter.wheel import read_verified, record_hash
 
 # Upstream installs its config in both places; the core finds the package root relative to it.
 CMAKE_DIRS = {
@@ -95,7 +95,7 @@ def payload(
         if path.startswith(UPSTREAM_CMAKE) or path.startswith(f"{plan.wheel.dist_info}/"):
             continue
         executable = entries[path].executable or plan.binary(path) is not None
-        files[path] = (replaced.get(path) or source.read(path), executable)
+        files[path] = (replaced.get(path) or read_verified(source, entries[path]), executable)
     for path, data in added.items():
         if path.rsplit("/", 1)[0] + "/__init__.py" in files:
             files[path] = (data, False)
@@ -176,13 +176,14 @@ def write_wheel(
     tag = wheel_tag(plan, package)
     name = dist_name(package)
     dist_info = f"{name}-{package.version}.dist-info"
+    entries = {e.path: e for e in plan.wheel.entries}
     licenses = {
-        f"{dist_info}/licenses/{p.rsplit('/', 1)[-1]}": (source.read(p), False)
+        f"{dist_info}/licenses/{p.rsplit('/', 1)[-1]}": (read_verified(source, entries[p]), False)
         for p in plan.wheel.license_files
     }
     top_level = f"{plan.wheel.dist_info}/top_level.txt"
     if package.python and top_level in plan.owners:
-        licenses[f"{dist_info}/top_level.txt"] = (source.read(top_level), False)
+        licenses[f"{dist_info}/top_level.txt"] = (read_verified(source, entries[top_level]), False)
     meta = {
         **licenses,
         f"{dist_info}/METADATA": (metadata(plan, package), False),
