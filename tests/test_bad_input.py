@@ -290,6 +290,15 @@ class Case:
 
 
 BAD = InvalidWheel.exit_code
+
+
+def corrupt_entry(build: Callable[[Path], Path], name: str, *mentions: str) -> object:
+    """A case whose PAYLOAD member fails a zip check: refused as a corrupt entry naming it."""
+    what = "corrupt entry in the wheel"
+    case = Case(build=build, code=BAD, what=what, value=PAYLOAD, mentions=mentions)
+    return pytest.param(case, id=name)
+
+
 CASES = [
     pytest.param(
         Case(
@@ -368,34 +377,13 @@ CASES = [
         Case(build=lying_size, code=BAD, what="entry declares 3000000000 bytes", value=PAYLOAD),
         id="zip-bomb-declared-size",
     ),
-    pytest.param(
-        Case(build=corrupt_deflate, code=BAD, what="corrupt entry in the wheel", value=PAYLOAD),
-        id="corrupt-deflate",
-    ),
-    pytest.param(
-        Case(
-            build=corrupt_stored,
-            code=BAD,
-            what="corrupt entry in the wheel",
-            value=PAYLOAD,
-            mentions=("Bad CRC-32",),
-        ),
-        id="corrupt-crc",
-    ),
+    corrupt_entry(corrupt_deflate, "corrupt-deflate"),
+    corrupt_entry(corrupt_stored, "corrupt-crc", "Bad CRC-32"),
     pytest.param(
         Case(build=overlapping_entries, code=BAD, what="zip entries overlap", value=INNER),
         id="overlapping-entries",
     ),
-    pytest.param(
-        Case(
-            build=local_name_differs,
-            code=BAD,
-            what="corrupt entry in the wheel",
-            value=PAYLOAD,
-            mentions=("and header", "differ"),
-        ),
-        id="local-header-name",
-    ),
+    corrupt_entry(local_name_differs, "local-header-name", "and header", "differ"),
     pytest.param(
         Case(
             build=no_dist_info,
