@@ -115,9 +115,9 @@ def assemble(job: AssembleJob) -> Assembled:
 @contextlib.contextmanager
 def assemble_workers(jobs: int, started: Workers | None = None) -> Iterator[Workers]:
     """The `jobs - 1` worker processes that assemble beside the build, or `started`: the same,
-    started by the caller before the plan was computed, so that their start-up (0.5 s of
-    imports) was over when the packages were staged. Killed if the build fails (before its
-    scratch goes); else closed, unless the caller started them."""
+    started by the caller before the plan was computed, so that their start-up (0.4 s: the
+    interpreter and its imports) was over when the packages were staged. Killed if the build
+    fails (before its scratch goes); else closed, unless the caller started them."""
     pool = started if started is not None else Workers(jobs - 1, warm=WARM)
     try:
         yield pool
