@@ -249,7 +249,7 @@ def read_verified(archive: zipfile.ZipFile, entry: WheelEntry, target: str | Non
     entry's digest; the file at the wheel's path may have been replaced meanwhile."""
     digest, size, kept = hashlib.sha256(), 0, []
     try:
-        with archive.open(entry.path) as stream, _sink(target) as sink:
+        with archive.open(entry.path) as stream, _sink(target, _output_error) as sink:
             while chunk := stream.read(CHUNK):
                 digest.update(chunk)
                 size += len(chunk)
@@ -362,7 +362,7 @@ def _stream_member(
     size = 0
     kept: list[bytes] | None = None
     try:
-        with archive.open(info) as stream, _sink(target) as sink:
+        with archive.open(info) as stream, _sink(target, _unpack_error) as sink:
             while chunk := stream.read(CHUNK):
                 if size == 0 and wants is not None and wants(info.filename, chunk):
                     kept = []
@@ -452,32 +452,39 @@ def _write_whole(target: str, data: bytes) -> None:
         raise _unpack_error(exc, target) from exc
 
 
+WriteError = Callable[[OSError, str], OutputError]
+
+
 @contextlib.contextmanager
-def _sink(target: str | None) -> Iterator[_Checked | None]:
-    """The unpack file of one member; failing to write it (a full scratch) is an OutputError
-    naming the file, not a broken wheel."""
+def _sink(target: str | None, error: WriteError) -> Iterator[_Checked | None]:
+    """The file one member is written to; failing to write it (a full disk) is the
+    OutputError `error` makes, naming the file, not a broken wheel."""
     if target is None:
         yield None
         return
     try:
         handle = open(target, "wb", buffering=0)  # noqa: SIM115 - unbuffered: close cannot fail
     except OSError as exc:
-        raise _unpack_error(exc, target) from exc
+        raise error(exc, target) from exc
     with handle:
-        yield _Checked(handle, target)
+        yield _Checked(handle, target, error)
 
 
 class _Checked:
     """A file whose write errors carry their path out of read_wheel's OSError handling."""
 
-    def __init__(self, handle: BinaryIO, target: str) -> None:
-        self._handle, self._target = handle, target
+    def __init__(self, handle: BinaryIO, target: str, error: WriteError) -> None:
+        self._handle, self._target, self._error = handle, target, error
 
     def write(self, data: bytes) -> int:
         try:
             return self._handle.write(data)
         except OSError as exc:
-            raise _unpack_error(exc, self._target) from exc
+            raise self._error(exc, self._target) from exc
+
+
+def _output_error(exc: OSError, target: str) -> OutputError:
+    return OutputError(f"cannot write ({exc.strerror or exc}): {target}; free space there")
 
 
 def _unpack_error(exc: OSError, target: str) -> OutputError:

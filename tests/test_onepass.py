@@ -14,7 +14,8 @@ import pytest
 from builders import METADATA, WHEEL, make_wheel
 
 from splitter.errors import InvalidWheel, OutputError
-from splitter.wheel import read_wheel, record_hash
+from splitter.targets.stage import move, subtree_moves
+from splitter.wheel import read_verified, read_wheel, record_hash
 
 DIST_INFO = "executorch-1.5.1.dist-info"
 
@@ -102,6 +103,39 @@ def test_a_full_scratch_is_an_output_error_not_a_broken_wheel(tmp_path: Path) ->
     message = str(caught.value)
     assert "No space left on device" in message and str(root / "executorch" / "a.py") in message
     assert "SPLITTER_SCRATCH" in message
+
+
+def test_a_full_output_disk_while_re_reading_names_the_file_not_scratch(tmp_path: Path) -> None:
+    """The tree and wheel targets' second read (read_verified) writes into the output, not
+    into scratch: its ENOSPC names the file, without read_wheel's scratch advice."""
+    wheel = make_wheel(tmp_path, {"executorch/a.py": b"x = 1\n" * 1000})
+    (entry,) = [e for e in read_wheel(wheel).entries if e.path == "executorch/a.py"]
+    with zipfile.ZipFile(wheel) as archive, pytest.raises(OutputError) as caught:
+        read_verified(archive, entry, "/dev/full")
+    message = str(caught.value)
+    assert "No space left on device" in message and message.endswith("/dev/full; free space there")
+    assert "SPLITTER_SCRATCH" not in message
+
+
+def test_two_directories_landing_in_one_target_are_moved_file_by_file(tmp_path: Path) -> None:
+    """move() renames a directory whole only while its target does not exist: a second
+    directory landing in the same target (two wheel directories merged into one library
+    directory) is moved file by file into it, instead of failing on a non-empty target."""
+    unpacked, target = tmp_path / "unpacked", tmp_path / "stage" / "lib"
+    for path in ("a/x/f.so", "b/y/g.so"):
+        (unpacked / path).parent.mkdir(parents=True, exist_ok=True)
+        (unpacked / path).write_bytes(path.encode())
+    jobs = [("a/x/f.so", f"{target}/f.so"), ("b/y/g.so", f"{target}/g.so")]
+    whole, _ = subtree_moves(dict(jobs), {}, ["a/x/f.so", "b/y/g.so"])
+    assert sorted((t.directory, t.target) for t in whole) == [
+        ("a/x", str(target)),
+        ("b/y", str(target)),
+    ]
+    move(str(unpacked), jobs, {}, ["a/x/f.so", "b/y/g.so"])
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == {
+        "f.so": b"a/x/f.so",
+        "g.so": b"b/y/g.so",
+    }
 
 
 def tree_listing(root: Path) -> dict[str, tuple[int, str]]:

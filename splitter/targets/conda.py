@@ -145,7 +145,8 @@ def assemble_all(
     progress: Progress | None,
 ) -> dict[str, dict[str, object]]:
     """One .conda per package with rattler-build's assembler and the info additions (largest
-    first, in the worker processes); returns each package's repodata record by file name.
+    first, to the workers, the build taking the next one whenever they are all busy);
+    returns each package's repodata record by file name.
 
     Only the largest package, the last to finish, is compressed with `threads` threads; the
     others are compressed in-line (zstd's single-threaded mode: 0), beside it and on the
