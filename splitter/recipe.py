@@ -82,12 +82,52 @@ def load_recipe(path: Path | None = None) -> Recipe:
         raise RecipeError(f"recipe is not UTF-8 ({exc.reason}): {path}") from exc
     try:
         document = tomlkit.parse(text).unwrap()
-    except ParseError as exc:
-        raise RecipeError(f"recipe is not valid TOML ({exc}): {path}:{exc.line}") from exc
-    except TOMLKitError as exc:  # a key repeated inside a table escapes as KeyAlreadyPresent
-        raise RecipeError(f"recipe is not valid TOML ({exc}): {path}") from exc
+    except TOMLKitError as exc:
+        raise _not_toml(path, text, exc) from exc
     source = _Source(path, text)
     return _build(source, document)
+
+
+_ASSIGNMENT = re.compile(r"""^(?:"([^"]+)"|'([^']+)'|([A-Za-z0-9_.-]+))\s*=""")
+_LOCATION = re.compile(r" at line \d+ col \d+$")
+
+
+def _not_toml(path: Path, text: str, exc: TOMLKitError) -> RecipeError:
+    """One RecipeError for text tomlkit refuses, however tomlkit reports it.
+
+    A key assigned twice in one table is reported differently by tomlkit releases (0.15.2 raises
+    KeyAlreadyPresent with no line, 0.15.3 a ParseError whose line is past the key), so it is
+    found by a scan of its own: the message names the key, its table and the line of the second
+    assignment whichever release is installed."""
+    repeated = _repeated_key(text.splitlines())
+    if repeated is not None:
+        key, table, line = repeated
+        return RecipeError(
+            f'recipe is not valid TOML (key "{key}" is set twice in {table}): {path}:{line}\n'
+            "Keep one of the two assignments."
+        )
+    where = f":{exc.line}" if isinstance(exc, ParseError) else ""
+    return RecipeError(f"recipe is not valid TOML ({_LOCATION.sub('', str(exc))}): {path}{where}")
+
+
+def _repeated_key(lines: list[str]) -> tuple[str, str, int] | None:
+    """The first key assigned twice under one table header: (key, table, 1-based line)."""
+    seen: set[tuple[int, str]] = set()
+    table, table_line = "the top level", 0
+    for number, raw in enumerate(lines, 1):
+        stripped = raw.strip()
+        if _HEADER.match(stripped):
+            # Each [[array]] header opens a new table, so tables are told apart by their line.
+            table, table_line = stripped.split("#", 1)[0].strip(), number
+            continue
+        match = _ASSIGNMENT.match(stripped)
+        if match is None:
+            continue
+        key = next(group for group in match.groups() if group is not None)
+        if (table_line, key) in seen:
+            return key, table, number
+        seen.add((table_line, key))
+    return None
 
 
 def _get(source: _Source, table: dict[str, Any], key: str, kind: type, where: str) -> Any:

@@ -6,20 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from consumer_tools import cache_lock, cache_root
+from consumer_tools import cache_lock, cache_root, lock_file, pip_install_locked
 
 from splitter.verify.install import INSTALL_CONDA
-
-# What `import executorch.kernels.quantized` and `executorch.runtime` need besides executorch.
-TORCH_VENV_REQUIREMENTS = (
-    "torch==2.13.0",
-    "numpy",
-    "ruamel.yaml",
-    "pyyaml",
-    "flatbuffers",
-    "tabulate",
-    "packaging",
-)
 
 
 def install(prefix: Path, packages: list[Path]) -> None:
@@ -35,17 +24,15 @@ def install(prefix: Path, packages: list[Path]) -> None:
 
 
 def torch_python() -> Path:
-    """A venv with torch 2.13.0 (the CPU wheel) and the export side's import needs, cached."""
-    venv = cache_root() / "torch-venv-2.13.0"
+    """A cached venv holding ci/locks/torch-venv.lock: torch 2.13.0 (the CPU wheel) and what
+    `import executorch.kernels.quantized` and `executorch.runtime` need besides executorch."""
+    _, digest = lock_file("torch-venv")
+    venv = cache_root() / f"torch-venv-{digest}"
     python = venv / "bin" / "python"
     marker = venv / ".complete"
     with cache_lock(venv.name):
         if not marker.exists():
             subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-            subprocess.run(
-                [str(python), "-m", "pip", "install", "--quiet", *TORCH_VENV_REQUIREMENTS],
-                check=True,
-                capture_output=True,
-            )
+            pip_install_locked(python, "torch-venv")
             marker.write_text("ok\n")
     return python

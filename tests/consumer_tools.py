@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import shutil
 import subprocess
@@ -21,13 +22,13 @@ from splitter.verify.consumer import (  # noqa: F401  (re-exported for the tests
     run_model,
 )
 
-# Spec given to pip for each CMake under test; "system" is the machine's own (3.25 here).
-CMAKE_SPECS = {
-    "3.24": "cmake==3.24.*",
-    "3.25": "cmake==3.25.*",  # the machine's own cmake when that is 3.25
-    "3.28": "cmake==3.28.*",
-    "4.x": "cmake==4.*",
-}
+# What the tests install comes from the locks in ci/locks (exact versions with hashes, written by
+# ci/lock), never from a floating requirement: a new release must not change a test run.
+LOCKS = Path(__file__).resolve().parent.parent / "ci" / "locks"
+
+# The CMake lines under test, each locked in ci/locks/cmake-<label>.lock; 3.25 is the machine's
+# own cmake when that is 3.25.
+CMAKE_LABELS = ("3.24", "3.25", "3.28", "4.x")
 
 
 def cache_root() -> Path:
@@ -46,24 +47,39 @@ def cache_lock(name: str) -> Iterator[None]:
         yield
 
 
+def lock_file(name: str) -> tuple[Path, str]:
+    """ci/locks/<name>.lock and the first 12 hex digits of its sha256: cache entries filled from
+    a lock carry the digest in their name, so refreshing the lock fills them anew."""
+    path = LOCKS / f"{name}.lock"
+    return path, hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+
+
+def pip_install_locked(python: Path, name: str, *where: str) -> None:
+    """Install exactly what ci/locks/<name>.lock pins (hashes required) with `python`'s pip."""
+    lock, _ = lock_file(name)
+    command = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    subprocess.run(
+        [*command, "--require-hashes", "--no-deps", *where, "-r", str(lock)],
+        check=True,
+        capture_output=True,
+    )
+
+
 def cmake_executable(label: str) -> Path:
-    """A cmake binary of the given version line, installed from PyPI once into the cache."""
-    spec = CMAKE_SPECS[label]
+    """A cmake binary of the given version line, installed once into the cache from its lock."""
+    assert label in CMAKE_LABELS, label
     system = shutil.which("cmake")
     # Check the version itself: a venv's own cmake wheel could shadow the system one on PATH.
     if system and label[0].isdigit() and "x" not in label:
         wanted = tuple(int(part) for part in label.split("."))
         if cmake_version(Path(system)) == wanted:
             return Path(system)
-    target = cache_root() / "cmake" / label
+    _, digest = lock_file(f"cmake-{label}")
+    target = cache_root() / "cmake" / f"{label}-{digest}"
     binary = target / "cmake" / "data" / "bin" / "cmake"
     with cache_lock(f"cmake-{label}"):
         if not binary.exists():
-            subprocess.run(
-                [sys.executable, "-m", "pip", "install", "--quiet", "--target", str(target), spec],
-                check=True,
-                capture_output=True,
-            )
+            pip_install_locked(Path(sys.executable), f"cmake-{label}", "--target", str(target))
     return binary
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conda_tools import install, torch_python
 from consumer_tools import (
-    CMAKE_SPECS,
+    CMAKE_LABELS,
     MODEL,
     RUN_PTE,
     build_consumer,
@@ -212,7 +212,7 @@ def test_entry_point(prefixes: dict[str, Path]) -> None:
     assert os.access(prefix / "bin" / "flatc", os.X_OK)
 
 
-@pytest.mark.parametrize("cmake_label", list(CMAKE_SPECS), ids=lambda v: f"cmake-{v}")
+@pytest.mark.parametrize("cmake_label", list(CMAKE_LABELS), ids=lambda v: f"cmake-{v}")
 def test_cpp_consumer(cmake_label: str, prefixes: dict[str, Path], tmp_path: Path) -> None:
     cmake = cmake_executable(cmake_label)
     result = build_consumer(

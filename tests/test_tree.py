@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from consumer_tools import (
-    CMAKE_SPECS,
+    CMAKE_LABELS,
     build_consumer,
     cmake_executable,
     cmake_version,
@@ -200,7 +200,7 @@ def test_pkgconfig(prefixes: dict[str, Path]) -> None:
     assert "-DC10_USING_CUSTOM_GENERATED_MACROS" in cflags
 
 
-@pytest.mark.parametrize("cmake_label", list(CMAKE_SPECS), ids=lambda v: f"cmake-{v}")
+@pytest.mark.parametrize("cmake_label", list(CMAKE_LABELS), ids=lambda v: f"cmake-{v}")
 def test_consumer_with_quantized(
     cmake_label: str, prefixes: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -230,7 +230,7 @@ def test_consumer_with_quantized(
     assert "Missing operator" in run_model(plain.runner, tmp_path / "o.bin").stderr
 
 
-@pytest.mark.parametrize("cmake_label", list(CMAKE_SPECS), ids=lambda v: f"cmake-{v}")
+@pytest.mark.parametrize("cmake_label", list(CMAKE_LABELS), ids=lambda v: f"cmake-{v}")
 def test_consumer_runtime_alone(
     cmake_label: str, prefixes: dict[str, Path], tmp_path: Path
 ) -> None:

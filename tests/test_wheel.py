@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from consumer_tools import (
-    CMAKE_SPECS,
+    CMAKE_LABELS,
     MODEL,
     RUN_PTE,
     build_consumer,
@@ -20,6 +20,8 @@ from consumer_tools import (
     cache_root,
     cmake_executable,
     expected_output,
+    lock_file,
+    pip_install_locked,
     run_model,
 )
 
@@ -141,7 +143,7 @@ def cpp_venv(wheels: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) 
     }
 
 
-@pytest.mark.parametrize("cmake_label", list(CMAKE_SPECS), ids=lambda v: f"cmake-{v}")
+@pytest.mark.parametrize("cmake_label", list(CMAKE_LABELS), ids=lambda v: f"cmake-{v}")
 def test_cpp_consumer_against_site_packages(
     cmake_label: str, cpp_venv: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -165,24 +167,16 @@ def test_cpp_consumer_against_site_packages(
 
 
 def export_venv(wheels: dict[str, Path]) -> Path:
-    """A cached venv holding torch 2.13.0 and every other requirement of the export wheel."""
-    root = cache_root() / "export-venv-1.5.1"
+    """A cached venv holding ci/locks/torch-venv.lock: torch 2.13.0 and every other requirement
+    of the export wheel (`pip check` below proves the lock covers them)."""
+    _, digest = lock_file("torch-venv")
+    root = cache_root() / f"export-venv-{digest}"
     python = root / "bin" / "python"
     marker = root / ".complete"
     with cache_lock(root.name):
         if not marker.exists():
             venv(root)
-            from packaging.metadata import Metadata
-
-            with zipfile.ZipFile(wheels["executorch-export"]) as archive:
-                name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
-                meta = Metadata.from_email(archive.read(name).decode(), validate=False)
-            requirements = [
-                str(r)
-                for r in meta.requires_dist or []
-                if not r.name.startswith("executorch") and r.name != "torch"
-            ]
-            pip(python, "install", "--quiet", "torch==2.13.0", *requirements)
+            pip_install_locked(python, "torch-venv")
             marker.write_text("ok\n")
     return python
 
