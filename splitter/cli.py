@@ -5,17 +5,18 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from dataclasses import asdict
-from enum import Enum
+from dataclasses import asdict, dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from splitter.console import compute_plan, out, progress_bar, show_plan, show_why, state
+from splitter.console import compute_plan, out, progress_bar, show_plan, show_why
 from splitter.errors import SplitterError
 from splitter.layout import make_layout
+from splitter.model import CondaBackend, Rpath
 from splitter.report import plan_json
 from splitter.scratch import wheel_scratch
 from splitter.targets.assemble import assemble_workers
@@ -40,31 +41,47 @@ RecipeOpt = Annotated[
     Path | None, typer.Option("--recipe", help="Recipe TOML (default: the shipped one).")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+# Accepted before the subcommand and after it (`splitter -q build`, `splitter build -q`).
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
+TracebackOpt = Annotated[bool, typer.Option("--traceback", help="Show tracebacks on errors.")]
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalOptions:
+    """The options given before the subcommand, kept on the click context."""
+
+    quiet: bool
 
 
 @app.callback()
 def main_options(
-    traceback: Annotated[
-        bool, typer.Option("--traceback", help="Show tracebacks on errors.")
-    ] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+    ctx: typer.Context, traceback: TracebackOpt = False, quiet: QuietOpt = False
 ) -> None:
     """splitter: one plan from the wheel and a recipe, rendered by small targets."""
-    state["traceback"] = traceback
-    state["quiet"] = quiet
+    ctx.obj = GlobalOptions(quiet=quiet)
+
+
+def show_progress(ctx: typer.Context, quiet: bool, as_json: bool) -> bool:
+    """Whether a command draws progress bars: not with -q (before or after the subcommand),
+    and not when it prints JSON."""
+    before = ctx.obj.quiet if isinstance(ctx.obj, GlobalOptions) else False
+    return not (quiet or before or as_json)
 
 
 @app.command()
 def plan(
+    ctx: typer.Context,
     wheel: WheelArg = None,
     recipe: RecipeOpt = None,
     as_json: JsonOpt = False,
     why: Annotated[
         str | None, typer.Option("--why", help="Show which rule owns this wheel path.")
     ] = None,
+    quiet: QuietOpt = False,
+    traceback: TracebackOpt = False,
 ) -> None:
     """Show how the wheel is split: packages, dependencies, CMake components, exclusivity."""
-    result = compute_plan(wheel, recipe, not as_json)
+    result = compute_plan(wheel, recipe, show_progress(ctx, quiet, as_json))
     if why is not None:
         show_why(result, why, as_json)
         return
@@ -79,13 +96,15 @@ def main() -> None:
     try:
         app()
     except SplitterError as exc:
-        if state["traceback"]:
+        # --traceback is a plain flag, before or after the subcommand: read it from argv, since
+        # the error arrives here after click's context is gone.
+        if "--traceback" in sys.argv[1:]:
             raise
         sys.stderr.write(f"error: {exc}\n")
         sys.exit(exc.exit_code)
 
 
-class Target(str, Enum):
+class Target(StrEnum):
     """Output formats of `splitter build`."""
 
     conda = "conda"
@@ -95,6 +114,7 @@ class Target(str, Enum):
 
 @app.command()
 def build(
+    ctx: typer.Context,
     wheel: WheelArg = None,
     target: Annotated[Target, typer.Option("--target", "-t", help="What to build.")] = Target.conda,
     output: Annotated[
@@ -108,13 +128,15 @@ def build(
     sitedir: Annotated[
         str | None, typer.Option(help="tree: site-packages under the prefix (lib/pythonX.Y/...).")
     ] = None,
-    rpath: Annotated[str, typer.Option(help="tree: 'relative' ($ORIGIN) or 'strip'.")] = "relative",
+    rpath: Annotated[
+        Rpath, typer.Option(help="tree: RUNPATH relative to $ORIGIN, or none (--prefix /usr).")
+    ] = Rpath.RELATIVE,
     compression_level: Annotated[
-        int, typer.Option(help="conda: zstd level (1-22).")
+        int, typer.Option(min=1, max=22, help="conda: zstd level.")
     ] = DEFAULT_LEVEL,
     backend: Annotated[
-        str, typer.Option(help="conda: assemble (default), rattler-build or conda-build.")
-    ] = "assemble",
+        CondaBackend, typer.Option(help="conda: what packages the staged trees.")
+    ] = CondaBackend.ASSEMBLE,
     jobs: Annotated[
         int,
         typer.Option(
@@ -127,16 +149,19 @@ def build(
         bool, typer.Option("--guard", help="Add an import guard to the export package.")
     ] = False,
     as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+    traceback: TracebackOpt = False,
 ) -> None:
     """Build the packages of the plan for one target."""
+    progress = show_progress(ctx, quiet, as_json)
     out_dir = output or Path("dist") / target.value
-    one_pass = target is Target.conda and backend == "assemble"
+    one_pass = target is Target.conda and backend == CondaBackend.ASSEMBLE
     with (
         wheel_scratch() as unpack,  # conda: the plan's one inflating pass feeds staging
         assemble_workers(jobs if one_pass else 1) as pool,  # their start overlaps the plan
     ):
-        result = compute_plan(wheel, recipe, not as_json, unpack if one_pass else None)
-        with progress_bar(not as_json) as bar:
+        result = compute_plan(wheel, recipe, progress, unpack if one_pass else None)
+        with progress_bar(progress) as bar:
             task = bar.add_task(f"building {target.value}", total=None) if bar else None
 
             def report(stage: str, done: int, total: int) -> None:
@@ -157,11 +182,9 @@ def build(
                 )
             elif target is Target.wheel:
                 written = build_wheels(result, out_dir, report, guard)
-            elif target is Target.tree:
+            else:
                 layout = make_layout(result.wheel, prefix, libdir, includedir, sitedir)
                 written = build_tree(result, out_dir, layout, rpath, report, guard)
-            else:
-                raise SplitterError(f"--target {target.value} is not available yet")
     if as_json:
         print(
             json.dumps(
@@ -193,15 +216,17 @@ def verify_command(
         typer.Option(help="Run only these checks: co-load, cmake, relocation, python."),
     ] = None,
     as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+    traceback: TracebackOpt = False,
 ) -> None:
     """Re-run the release checks on a built output: co-load matrix, CMake, relocation, model."""
-    from splitter.verify.run import CHECKS  # verify and doctor load only when used: 0.11 s
+    from splitter.verify.run import CHECKS, Status  # verify and doctor load only when used
     from splitter.verify.run import verify as run_verify
 
     system_cmake = shutil.which("cmake")
     cmakes = list(cmake or ([Path(system_cmake)] if system_cmake else []))
     checks = run_verify(out_dir, python, cmakes, jobs, tuple(only) if only else CHECKS)
-    failed = [c for c in checks if c.status == "fail"]
+    failed = [c for c in checks if c.status is Status.FAIL]
     if as_json:
         print(
             json.dumps(
@@ -212,7 +237,7 @@ def verify_command(
     else:
         table = Table("check", "subject", "expected", "outcome", "status", "detail")
         for c in checks:
-            colour = {"pass": "green", "fail": "red", "skip": "yellow"}[c.status]
+            colour = {Status.PASS: "green", Status.FAIL: "red", Status.SKIP: "yellow"}[c.status]
             table.add_row(
                 c.check, c.subject, c.expected, c.outcome, f"[{colour}]{c.status}[/]", c.detail
             )
@@ -232,6 +257,8 @@ def doctor(
         int | None, typer.Option(help="A running process: its mapped libraries.")
     ] = None,
     as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+    traceback: TracebackOpt = False,
 ) -> None:
     """Find libraries that register ExecuTorch kernels and copies that would (or do) collide."""
     from splitter.doctor import diagnose_binary, diagnose_pid, diagnose_prefix

@@ -1,5 +1,5 @@
-"""What the CLI prints besides its results: the consoles, the progress bar, the plan tables,
-and the plan computed under a progress bar. Rendering only; the core lives below."""
+"""What the CLI prints besides its results: the consoles, the progress bar and the plan
+tables; and compute_plan, which resolves the input and runs make_plan under that bar."""
 
 from __future__ import annotations
 
@@ -21,13 +21,12 @@ from splitter.wheel import Unpack
 
 out = Console()
 err = Console(stderr=True)
-state = {"traceback": False, "quiet": False}
 
 
 @contextmanager
 def progress_bar(enabled: bool) -> Iterator[Progress | None]:
-    """A rich progress bar on stderr, or nothing when quiet or not a terminal."""
-    if not enabled or state["quiet"] or not err.is_terminal:
+    """A rich progress bar on stderr, or nothing when not `enabled` or not a terminal."""
+    if not enabled or not err.is_terminal:
         yield None
         return
     with Progress(

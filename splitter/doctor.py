@@ -1,6 +1,6 @@
 """`splitter doctor`: find ExecuTorch libraries that would meet, or do meet, in one process.
 
-Two hazards, measured on 1.5.1 (FACTS, "Loading in one process"):
+Two hazards, as ExecuTorch 1.5.1 behaves when its libraries share a process:
 - two files that own a registry (two copies of libexecutorch.so): kernels land in one registry
   and the program looks in the other ("Missing operator"); if the first copy was loaded
   RTLD_GLOBAL, the second one's own kernels bind to it and abort the load ("Re-registering");
@@ -17,16 +17,24 @@ import stat
 from collections import defaultdict, deque
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from splitter.binaries.elf import REGISTER_KERNELS, analyse_elf, is_elf
 from splitter.errors import BinaryError, DoctorError
-from splitter.model import BinaryInfo
+from splitter.model import BinaryInfo, Registry
 
 SCHEMA = "splitter.doctor/1"
 SHARED_OBJECT = re.compile(r"\.so(\.\d+)*$")
 MULTIARCH = {"EM_X86_64": "x86_64-linux-gnu", "EM_AARCH64": "aarch64-linux-gnu"}
+
+
+class HazardKind(StrEnum):
+    """What goes wrong when two files share a process."""
+
+    DUPLICATE_REGISTRY = "duplicate-registry"  # two copies of a registry owner
+    DUPLICATE_KERNELS = "duplicate-kernels"  # two files register the same operators
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,7 +43,7 @@ class Library:
 
     path: str
     soname: str
-    registry: str  # "owns" or "uses"
+    registry: Registry
     operators: int  # entries of its static Kernel tables
 
 
@@ -43,7 +51,7 @@ class Library:
 class Hazard:
     """Files that break each other when they share a process."""
 
-    kind: str  # "duplicate-registry" or "duplicate-kernels"
+    kind: HazardKind
     message: str
     files: tuple[str, ...]
 
@@ -270,7 +278,12 @@ def _diagnosis(
     links: tuple[Link, ...] = (),
 ) -> Diagnosis:
     libraries = tuple(
-        Library(path=i.path, soname=i.soname, registry=i.registry, operators=len(i.et_operators))
+        Library(
+            path=i.path,
+            soname=i.soname,
+            registry=i.registry,
+            operators=len(i.et_operators),
+        )
         for i in sorted(found, key=lambda i: i.path)
     )
     return Diagnosis(
@@ -288,17 +301,17 @@ def find_hazards(found: list[BinaryInfo], where: str) -> list[Hazard]:
     hazards = []
     owners: dict[str, list[BinaryInfo]] = defaultdict(list)
     for info in found:
-        if info.registry == "owns":
+        if info.registry is Registry.OWNS:
             owners[info.provides].append(info)
     for name, copies in sorted(owners.items()):
         if len(copies) > 1:
             files = tuple(sorted(i.path for i in copies))
             count = "two" if len(files) == 2 else str(len(files))
-            # Measured on 1.5.1: after a copy loaded RTLD_GLOBAL, the next copy's own kernels
+            # ExecuTorch 1.5.1: after a copy loaded RTLD_GLOBAL, the next copy's own kernels
             # bind to the first registry and abort; after RTLD_LOCAL both load silently.
             hazards.append(
                 Hazard(
-                    kind="duplicate-registry",
+                    kind=HazardKind.DUPLICATE_REGISTRY,
                     message=f"{count} copies of {name} {where}: kernels registered into one are "
                     "invisible to the other (Missing operator at run time; after an RTLD_GLOBAL "
                     f"load the next copy aborts with 'Re-registering'): {', '.join(files)}\n"
@@ -309,13 +322,13 @@ def find_hazards(found: list[BinaryInfo], where: str) -> list[Hazard]:
     registering = sorted((i for i in found if i.et_operators), key=lambda i: i.path)
     for index, first in enumerate(registering):
         for second in registering[index + 1 :]:
-            if first.registry == second.registry == "owns":
+            if first.registry is second.registry is Registry.OWNS:
                 continue  # reported as duplicate-registry
             common = sorted(set(first.et_operators) & set(second.et_operators))
             if common:
                 hazards.append(
                     Hazard(
-                        kind="duplicate-kernels",
+                        kind=HazardKind.DUPLICATE_KERNELS,
                         # The abort names the first shared entry in table order, not common[0].
                         message=f"{first.path} and {second.path} both register {len(common)} "
                         f"ExecuTorch operators (e.g. {common[0]}) and {where}: loading both "

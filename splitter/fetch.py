@@ -10,8 +10,9 @@ import tempfile
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.tags import sys_tags
-from packaging.utils import parse_wheel_filename
+from packaging.tags import Tag, sys_tags
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
 
 from splitter.errors import ExternalToolError, InvalidWheel
 from splitter.model import Recipe
@@ -48,23 +49,30 @@ def resolve_input(spec: str | None, recipe: Recipe) -> Path:
 
 
 def _cached(requirement: Requirement) -> Path | None:
+    """The newest cached wheel meeting `requirement` that this interpreter can install; among
+    equal versions the best-ranked tag (sys_tags order), then the first filename."""
     directory = cache_dir()
     if not directory.is_dir():
         return None
-    supported = {str(t) for t in sys_tags()}
-    best: list[tuple[str, Path]] = []
+    ranks: dict[Tag, int] = {}
+    for rank, tag in enumerate(sys_tags()):
+        ranks.setdefault(tag, rank)
+    wanted = canonicalize_name(requirement.name)
+    found: list[tuple[Version, int, str, Path]] = []
     for candidate in directory.glob("*.whl"):
         try:
             name, version, _, tags = parse_wheel_filename(candidate.name)
         except ValueError:
             continue
-        if name != requirement.name.lower().replace("_", "-"):
+        if name != wanted or not requirement.specifier.contains(version, prereleases=True):
             continue
-        if not requirement.specifier.contains(version, prereleases=True):
-            continue
-        if any(str(t) in supported for t in tags):
-            best.append((str(version), candidate))
-    return max(best)[1] if best else None
+        supported = [ranks[t] for t in tags if t in ranks]
+        if supported:
+            found.append((version, min(supported), candidate.name, candidate))
+    if not found:
+        return None
+    newest = max(version for version, *_ in found)
+    return min(c for c in found if c[0] == newest)[3]
 
 
 def _download(requirement: Requirement) -> Path:

@@ -13,6 +13,7 @@ import zipfile
 
 from splitter.errors import SplitterError
 from splitter.model import Plan
+from splitter.wheel import read_verified
 
 GUARD_MODULE = "_splitter_guard.py"
 HOOK = (
@@ -83,9 +84,12 @@ def guard_files(plan: Plan) -> tuple[dict[str, bytes], dict[str, bytes]]:
     added: dict[str, bytes] = {}
     if not by_init:
         return replaced, added
+    entries = {e.path: e for e in plan.wheel.entries if e.path in by_init}
     with zipfile.ZipFile(plan.wheel.path) as archive:
         for init, pairs in sorted(by_init.items()):
-            lines = archive.read(init).decode("utf-8").splitlines(keepends=True)
+            # Verified against the plan's digest: the wheel may have been replaced since.
+            text = read_verified(archive, entries[init]).decode("utf-8")
+            lines = text.splitlines(keepends=True)
             # `from __future__` must stay first; the hook goes right after it.
             at = max(
                 (

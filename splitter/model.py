@@ -3,7 +3,31 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
+
+
+class Registry(StrEnum):
+    """A binary's part in ExecuTorch's kernel registry (`register_kernels`)."""
+
+    OWNS = "owns"  # defines register_kernels: a registry lives in this file
+    USES = "uses"  # imports it: registers kernels into another file's registry
+    NONE = ""  # neither
+
+
+class Rpath(StrEnum):
+    """How staged ELF files find their libraries."""
+
+    RELATIVE = "relative"  # RUNPATH recomputed from NEEDED, relative to $ORIGIN
+    STRIP = "strip"  # no RUNPATH where the libdir is on the linker's default search path
+
+
+class CondaBackend(StrEnum):
+    """What turns the staged trees into .conda packages."""
+
+    ASSEMBLE = "assemble"  # rattler-build's assembler on the staged trees (reproducible)
+    RATTLER_BUILD = "rattler-build"  # the rendered rattler-build recipe
+    CONDA_BUILD = "conda-build"  # the rendered conda-build recipe
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,7 +81,7 @@ class BinaryInfo:
     needed: tuple[str, ...]
     runpath: tuple[str, ...]
     rpath: tuple[str, ...]
-    registry: str  # "owns" (defines register_kernels), "uses" (imports it) or ""
+    registry: Registry
     et_operators: tuple[str, ...]  # operators in its static ExecuTorch Kernel tables
     torch_schemas: tuple[str, ...]  # schema strings it hands to the torch dispatcher
 
@@ -142,7 +166,7 @@ class Dependency:
     """A dependency of one package on another, with the binary evidence for it."""
 
     name: str
-    version: str  # exact sibling version, or "" for an external range
+    version: str | None  # exact sibling version; None for an external (its range is below)
     conda: str
     pip: str
     evidence: tuple[str, ...]
@@ -163,6 +187,7 @@ class PackagePlan:
     system_sonames: tuple[str, ...]
     cmake_components: tuple[str, ...]
     sonames: tuple[str, ...]
+    conda_requires: tuple[str, ...]  # a Python package: the wheel's Requires-Dist in conda names
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -180,6 +205,17 @@ class Verdict:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Platform:
+    """Where the wheel's binaries run, from its tags (see splitter.facts)."""
+
+    tag: str  # the wheel's platform tag, e.g. manylinux_2_28_x86_64
+    machine: str  # x86_64 or aarch64, as PEP 508's platform_machine says it
+    conda_subdir: str  # linux-64 or linux-aarch64
+    glibc: str  # the glibc the manylinux tag promises, e.g. 2.28
+    python: tuple[int, int]  # the CPython of the wheel's python tag, e.g. (3, 11)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Plan:
     """The one computed description of the split; the only input of every target."""
 
@@ -190,6 +226,7 @@ class Plan:
     binaries: tuple[BinaryInfo, ...]
     exclusive: tuple[Verdict, ...]
     build_version: str  # the full version the wheel says it was built as, e.g. 1.5.1+cpu
+    platform: Platform
 
     def package(self, name: str) -> PackagePlan:
         """The package called `name`."""

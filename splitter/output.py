@@ -13,15 +13,35 @@ from pathlib import Path
 
 from splitter.errors import OutputError
 
-LOCK_TIMEOUT = float(os.environ.get("SPLITTER_LOCK_TIMEOUT", "600"))
+LOCK_TIMEOUT_ENV = "SPLITTER_LOCK_TIMEOUT"
+DEFAULT_LOCK_TIMEOUT = 600.0
+
+
+def lock_timeout() -> float:
+    """Seconds to wait for another build's lock: $SPLITTER_LOCK_TIMEOUT, read when a build
+    locks (not at import), else DEFAULT_LOCK_TIMEOUT."""
+    text = os.environ.get(LOCK_TIMEOUT_ENV)
+    if not text:
+        return DEFAULT_LOCK_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also refuses nan
+        raise OutputError(
+            f"${LOCK_TIMEOUT_ENV} is not a number of seconds: {text!r}; "
+            f"set it to one (e.g. 600) or unset it"
+        )
+    return value
 
 
 @contextmanager
 def locked(directory: Path) -> Iterator[None]:
     """Hold an exclusive flock on `directory` itself, so no lock file is ever left behind."""
+    timeout = lock_timeout()
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        deadline = time.monotonic() + LOCK_TIMEOUT
+        deadline = time.monotonic() + timeout
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -29,7 +49,7 @@ def locked(directory: Path) -> Iterator[None]:
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     raise OutputError(
-                        f"another splitter build holds {directory} (waited {LOCK_TIMEOUT:.0f} s): "
+                        f"another splitter build holds {directory} (waited {timeout:.0f} s): "
                         "wait for it or choose another -o"
                     ) from None
                 time.sleep(0.2)

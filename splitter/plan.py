@@ -20,6 +20,7 @@ from splitter.errors import (
     UnsupportedWheel,
 )
 from splitter.exclusive import check_verdicts_against_depends, judge_exclusive
+from splitter.facts import conda_requirements, decide_platform
 from splitter.model import (
     BinaryInfo,
     Dependency,
@@ -65,6 +66,8 @@ def make_plan(
 
     wheel = read_wheel(wheel_path, visit, wants, unpack)
     check_supported(wheel, recipe)
+    platform = decide_platform(wheel)
+    conda_requires = conda_requirements(wheel, recipe, platform)
     owners = assign_owners(wheel, recipe)
     check_components(wheel, recipe)
     by_path = {b.path: b for b in binaries}
@@ -106,6 +109,7 @@ def make_plan(
                         b.provides for b in binaries if owners[b.path][0] == spec.name and b.soname
                     )
                 ),
+                conda_requires=conda_requires if spec.python else (),
             )
         )
     return Plan(
@@ -116,6 +120,7 @@ def make_plan(
         binaries=tuple(sorted(binaries, key=lambda b: b.path)),
         exclusive=verdicts,
         build_version=build_version[0] if build_version else wheel.version,
+        platform=platform,
     )
 
 
@@ -274,7 +279,7 @@ def resolve_needed(
         spec.name: {
             name: Dependency(
                 name=name,
-                version="",
+                version=None,
                 conda=by_name[name].conda,
                 pip=by_name[name].pip,
                 evidence=tuple(ev),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from importlib import resources
 from pathlib import Path
@@ -16,6 +17,7 @@ from splitter.errors import RecipeError
 from splitter.model import Component, ExclusivePair, External, PackageSpec, Recipe, Rule
 
 DEFAULT_RECIPE = "executorch.toml"
+SCHEMAS = (1,)  # the `[recipe] schema` versions this loader reads
 _HEADER = re.compile(r"^\[\[?[^\[\]]+\]\]?\s*(#.*)?$")
 
 
@@ -72,7 +74,7 @@ class _Source:
 
 
 def load_recipe(path: Path | None = None) -> Recipe:
-    """Read and validate the recipe at `path` (default: the shipped one)."""
+    """Read and validate the recipe at `path` (default: the shipped one); no schema reads as 1."""
     path = path or default_recipe_path()
     try:
         text = path.read_text(encoding="utf-8")
@@ -85,7 +87,74 @@ def load_recipe(path: Path | None = None) -> Recipe:
     except TOMLKitError as exc:
         raise _not_toml(path, text, exc) from exc
     source = _Source(path, text)
+    _check_schema(source, document)
+    _check_keys(source, document)
     return _build(source, document)
+
+
+def _check_schema(source: _Source, doc: dict[str, Any]) -> None:
+    """Refuse a `[recipe] schema` this loader does not read; a missing one reads as 1.
+
+    Recipes written before the key existed are schema 1. This runs before the key check: a newer
+    recipe's new keys would otherwise be reported as typos rather than as a newer schema."""
+    head = doc.get("recipe")
+    if not isinstance(head, dict) or "schema" not in head:
+        return
+    schema = _typed(source, head["schema"], int, "recipe.schema")
+    if schema not in SCHEMAS:
+        raise source.error(
+            "recipe.schema",
+            f"recipe schema {schema} is not one this splitter reads",
+            f"this splitter reads recipe schema {', '.join(map(str, SCHEMAS))}; "
+            "upgrade splitter or rewrite the recipe for that schema",
+        )
+
+
+# The keys each table of a recipe may hold, by shape: "table" is one table, "each" a table of
+# named tables, "array" an array of tables. system.conda and conda.names are free-form maps.
+_KEYS: dict[str, tuple[str, frozenset[str]]] = {
+    "recipe": ("table", frozenset({"project", "schema", "default_version", "supported_versions"})),
+    "packages": ("each", frozenset({"summary", "python"})),
+    "rules": ("array", frozenset({"glob", "exclude", "package", "reason"})),
+    "components": ("each", frozenset({"library", "platforms"})),
+    "externals": ("each", frozenset({"sonames", "site_dirs", "conda", "pip"})),
+    "system": ("table", frozenset({"sonames", "conda"})),
+    "conda": ("table", frozenset({"names"})),
+    "process_exclusive": ("array", frozenset({"first", "second", "reason"})),
+}
+
+
+def _check_keys(source: _Source, doc: dict[str, Any]) -> None:
+    """Refuse keys no table of the recipe knows (a typo would silently drop a rule's intent).
+
+    Every unknown key of the file is named, in file order, in one RecipeError."""
+    unknown = [
+        (key, key, value, frozenset(_KEYS)) for key, value in doc.items() if key not in _KEYS
+    ]
+    for name, (shape, known) in _KEYS.items():
+        value = doc.get(name)
+        if shape == "each" and isinstance(value, dict):
+            tables = [(f"{name}.{k}", v) for k, v in value.items()]
+        elif shape == "array" and isinstance(value, list):
+            tables = [(f"{name}[{i}]", v) for i, v in enumerate(value)]
+        else:
+            tables = [(name, value)] if shape == "table" else []
+        for where, table in tables:
+            if isinstance(table, dict):
+                unknown += [
+                    (f"{where}.{k}", k, v, known) for k, v in table.items() if k not in known
+                ]
+    problems = []
+    for key_path, key, value, known in sorted(unknown, key=lambda item: source.line(item[0])):
+        is_table = isinstance(value, dict) or (
+            isinstance(value, list) and value != [] and isinstance(value[0], dict)
+        )
+        close = difflib.get_close_matches(key, known, n=1)
+        fix = f"did you mean `{close[0]}`?" if close else f"remove it or use one of {sorted(known)}"
+        what = f"unknown {'table' if is_table else 'key'} '{key}'"
+        problems.append(str(source.error(key_path, what, fix)))
+    if problems:
+        raise RecipeError("\n".join(problems))
 
 
 _ASSIGNMENT = re.compile(r"""^(?:"([^"]+)"|'([^']+)'|([A-Za-z0-9_.-]+))\s*=""")
@@ -152,19 +221,6 @@ def _strings(source: _Source, value: Any, where: str) -> tuple[str, ...]:
 
 
 def _build(source: _Source, doc: dict[str, Any]) -> Recipe:
-    known = {
-        "recipe",
-        "packages",
-        "rules",
-        "components",
-        "externals",
-        "system",
-        "conda",
-        "process_exclusive",
-    }
-    for key in doc:
-        if key not in known:
-            raise source.error(key, f"unknown table '{key}'", f"known tables: {sorted(known)}")
     head = _get(source, doc, "recipe", dict, "")
     project = _get(source, head, "project", str, "recipe")
     default_version = _get(source, head, "default_version", str, "recipe")

@@ -13,7 +13,7 @@ def dependency_json(dep: Dependency) -> dict[str, Any]:
     """One dependency with the binary evidence for it."""
     return {
         "name": dep.name,
-        "version": dep.version,
+        "version": dep.version or "",  # schema 1: "" for an external
         "conda": dep.conda,
         "pip": dep.pip,
         "evidence": list(dep.evidence),
@@ -48,6 +48,13 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "sha256": wheel.sha256,
         },
         "build_version": plan.build_version,
+        "platform": {
+            "tag": plan.platform.tag,
+            "machine": plan.platform.machine,
+            "conda_subdir": plan.platform.conda_subdir,
+            "glibc": plan.platform.glibc,
+            "python": "{}.{}".format(*plan.platform.python),
+        },
         "recipe": plan.recipe.path.name,
         "packages": [
             {
@@ -61,6 +68,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
                 "system": list(pkg.system_sonames),
                 "cmake_components": list(pkg.cmake_components),
                 "sonames": list(pkg.sonames),
+                "conda_requires": list(pkg.conda_requires),
             }
             for pkg in plan.packages
         ],

@@ -17,7 +17,6 @@ import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from email.parser import HeaderParser
-from functools import lru_cache
 from pathlib import Path
 from typing import BinaryIO
 
@@ -85,10 +84,9 @@ def safe_join(root: Path, relative: str) -> Path:
     return Path(target)
 
 
-@lru_cache(maxsize=8192)
 def _real_dir(directory: str) -> Path:
-    # Cached: resolving every path costs ~1 s over the 4,605 files of the real wheel, and the
-    # directories are created by splitter itself in a fresh temporary tree.
+    # Resolved afresh on every call: a cached answer would miss a directory that was replaced
+    # by a link since. Hot paths (staging the wheel's own files) join checked names instead.
     return Path(directory).resolve()
 
 

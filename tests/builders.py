@@ -81,3 +81,20 @@ def rewrite_wheel(
             else:
                 dst.writestr(info, src.read(info))
     return target
+
+
+def replace_member(wheel: Path, name: str, data: bytes) -> None:
+    """Rewrite `wheel` in place (atomically) with member `name` holding `data` and its RECORD
+    row updated, so it is still a valid wheel: one that differs from the one a plan verified."""
+    replacement = wheel.with_name(wheel.name + ".new")
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(replacement, "w") as target:
+        for info in source.infolist():  # stored: a quick rewrite, still a valid wheel
+            content = data if info.filename == name else source.read(info)
+            if info.filename.endswith(".dist-info/RECORD"):
+                row = f"{name},{record_hash(data)},{len(data)}"
+                lines = content.decode().splitlines()
+                rows = [row if r.startswith(f"{name},") else r for r in lines]
+                content = ("\n".join(rows) + "\n").encode()
+            info.compress_type = zipfile.ZIP_STORED
+            target.writestr(info, content)
+    replacement.replace(wheel)

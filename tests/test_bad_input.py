@@ -528,3 +528,82 @@ def test_safe_join_refuses_symlink_escape(tmp_path: Path) -> None:
 def test_safe_join_accepts_inner_path(tmp_path: Path) -> None:
     """A plain relative path lands under the root."""
     assert safe_join(tmp_path, "executorch/lib/x.so") == tmp_path.resolve() / "executorch/lib/x.so"
+
+
+def with_requirement(real_wheel: Path, directory: Path) -> Path:
+    """The real wheel whose METADATA also requires a project the recipe has no conda name for."""
+    from builders import replace_member
+
+    wheel = directory / real_wheel.name
+    wheel.write_bytes(real_wheel.read_bytes())
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = archive.read(f"{DIST}/METADATA")
+    head, _, body = metadata.partition(b"\n\n")
+    replace_member(
+        wheel, f"{DIST}/METADATA", head + b"\nRequires-Dist: no-such-conda-name>=1\n\n" + body
+    )
+    return wheel
+
+
+def on_windows(real_wheel: Path, directory: Path) -> Path:
+    """The real wheel under a platform tag no conda subdir is known for."""
+    wheel = directory / real_wheel.name.replace("manylinux_2_28_x86_64", "win_amd64")
+    wheel.write_bytes(real_wheel.read_bytes())
+    return wheel
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("make", "what"),
+    [
+        pytest.param(
+            with_requirement, "Requires-Dist names without a conda name", id="no-conda-name"
+        ),
+        pytest.param(on_windows, "no conda subdir for platform tag", id="unsupported-platform"),
+    ],
+)
+def test_plan_refuses_what_build_refuses(
+    real_wheel: Path, tmp_path: Path, make: Callable[[Path, Path], Path], what: str
+) -> None:
+    """`splitter plan` fails where `splitter build` does, whatever the target: same exit code,
+    same message, and no output directory."""
+    wheel = make(real_wheel, tmp_path)
+    planned = run_plan(wheel, tmp_path)
+    assert planned.returncode != 0 and what in planned.stderr, planned.stderr
+    assert "Traceback" not in planned.stderr
+    for target in ("conda", "wheel", "tree"):
+        out = tmp_path / target
+        built = subprocess.run(
+            [sys.executable, "-m", "splitter", "build", str(wheel), "-t", target, "-o", str(out)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert (built.returncode, built.stderr) == (planned.returncode, planned.stderr), target
+        assert not out.exists(), target
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        pytest.param(("--backend", "nope"), id="backend"),
+        pytest.param(("--rpath", "nope"), id="rpath"),
+        pytest.param(("--compression-level", "23"), id="compression-level"),
+        pytest.param(("--jobs", "0"), id="jobs"),
+        pytest.param(("--target", "nope"), id="target"),
+    ],
+)
+def test_build_options_are_checked_first(tmp_path: Path, option: tuple[str, str]) -> None:
+    """An option value outside its choices is a usage error (exit 2) naming the option, before
+    any wheel is looked for (the wheel named here does not exist) or anything is written."""
+    command = [sys.executable, "-m", "splitter", "build", str(tmp_path / FILENAME)]
+    result = subprocess.run(
+        [*command, *option, "-o", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 2, result.stderr
+    assert option[0] in result.stderr and "wheel not found" not in result.stderr
+    assert sorted(tmp_path.iterdir()) == []

@@ -279,3 +279,23 @@ def test_verify_fails_when_metadata_lies(
     assert sorted(c["subject"] for c in failed) == sorted(
         [f"{PLUGIN} then {QLIB}", f"{QLIB} then {PLUGIN}"]
     )
+
+
+def test_guard_reads_only_the_verified_init(dup_plan: Plan, tmp_path: Path) -> None:
+    """The guard rewrites the plugin package's __init__.py from the wheel: if the wheel was
+    replaced after the plan verified it, that read names the file instead of wrapping bytes
+    nobody verified."""
+    from builders import replace_member
+
+    from splitter.errors import InvalidWheel
+    from splitter.guard import guard_files
+
+    wheel = tmp_path / dup_plan.wheel.filename
+    shutil.copyfile(dup_plan.wheel.path, wheel)
+    plan = make_plan(wheel, load_recipe())
+    init = "executorch/kernels/quantized/__init__.py"
+    assert guard_files(plan)[0].keys() == {init}
+    replace_member(wheel, init, b"import os  # not the file splitter verified\n")
+    with pytest.raises(InvalidWheel, match="the wheel changed after it was verified") as raised:
+        guard_files(plan)
+    assert str(raised.value).endswith(f": {init}")

@@ -7,7 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from builders import make_wheel
+from packaging.tags import sys_tags
+
+from splitter.fetch import resolve_input
+from splitter.recipe import load_recipe
 
 RESOLVE = (
     "import sys\n"
@@ -70,3 +75,38 @@ def test_failed_download_leaves_nothing_in_the_cache(tmp_path: Path) -> None:
     assert "pip could not download executorch==9.9.9" in result.stderr
     assert "Traceback" not in result.stderr
     assert [p.name for p in (cache / "wheels").iterdir()] == [".download.lock"]
+
+
+def cached_names(cache: Path, names: list[str]) -> None:
+    wheels = cache / "wheels"
+    wheels.mkdir(parents=True)
+    for name in names:
+        (wheels / name).write_bytes(b"")  # the cache lookup reads file names only
+
+
+def test_cache_picks_the_newest_version_not_the_greatest_string(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPLITTER_CACHE", str(tmp_path))
+    cached_names(
+        tmp_path,
+        [
+            "executorch-1.9.0-py3-none-any.whl",
+            "executorch-1.10.0-py3-none-any.whl",
+            "executorch-1.11.0-cp27-cp27m-win32.whl",  # newer, but not installable here
+        ],
+    )
+    found = resolve_input("executorch>=1.5", load_recipe())
+    assert found == tmp_path / "wheels" / "executorch-1.10.0-py3-none-any.whl"
+
+
+def test_cache_prefers_the_best_ranked_tag_among_equal_versions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPLITTER_CACHE", str(tmp_path))
+    best = next(iter(sys_tags()))
+    generic = "executorch-1.10.0-py3-none-any.whl"
+    specific = f"executorch-1.10.0-{best}.whl"
+    cached_names(tmp_path, [generic, specific])
+    found = resolve_input("executorch==1.10.0", load_recipe())
+    assert found == tmp_path / "wheels" / specific

@@ -51,6 +51,51 @@ EXPORT_SUMMARY = (
     'the _C extension and export-time plugins"\n'
 )
 ETDUMP = 'etdump = { library = "libexecutorch_etdump.so", platforms = ["manylinux_*"] }'
+EXCLUDE = 'exclude = ["executorch/lib/libexecutorch_kernels_quantized.so*"]'
+EXCLUDES = EXCLUDE.replace("exclude =", "excludes =")
+SECOND = 'second = "executorch/lib/libexecutorch_kernels_quantized.so"\n'
+# (case id, shipped text, its replacement, key path of the unknown key, start of its line)
+UNKNOWN_KEYS = [
+    ("rule", EXCLUDE, EXCLUDES, "rules[1].excludes", "excludes ="),
+    (
+        "rule-platform",
+        RULE_2,
+        f'{RULE_2}platform = "manylinux_*"\n',
+        "rules[2].platform",
+        "platform",
+    ),
+    (
+        "package",
+        "[packages.executorch-runtime]\n",
+        "[packages.executorch-runtime]\npyhton = true\n",
+        "packages.executorch-runtime.pyhton",
+        "pyhton =",
+    ),
+    (
+        "component",
+        ETDUMP,
+        ETDUMP.replace("platforms", "platform"),
+        "components.etdump.platform",
+        "etdump =",
+    ),
+    ("external", "site_dirs =", "site_dir =", "externals.torch.site_dir", "site_dir ="),
+    ("recipe", "schema = 1\n", 'schema = 1\nversion = "1.5.1"\n', "recipe.version", "version ="),
+    (
+        "system",
+        "[system]\n",
+        '[system]\nlibraries = ["libz.so.1"]\n',
+        "system.libraries",
+        "libraries",
+    ),
+    (
+        "conda",
+        "[conda.names]\n",
+        '[conda]\nchannel = "x"\n\n[conda.names]\n',
+        "conda.channel",
+        "channel",
+    ),
+    ("exclusive", SECOND, f'{SECOND}third = "x"\n', "process_exclusive[0].third", "third ="),
+]
 CASES = [
     pytest.param(
         BadRecipe(
@@ -142,6 +187,36 @@ CASES = [
         ),
         id="component-without-library",
     ),
+    *[
+        pytest.param(
+            BadRecipe(
+                change=edit(old, new),
+                what=f"unknown key '{key.rsplit('.', 1)[1]}'",
+                key=key,
+                at=lambda t, needle=needle: line_of(t, needle),
+            ),
+            id=f"unknown-key-{name}",
+        )
+        for name, old, new, key, needle in UNKNOWN_KEYS
+    ],
+    pytest.param(
+        BadRecipe(
+            change=edit("schema = 1", "schema = 2"),
+            what="schema 2",
+            key="recipe.schema",
+            at=lambda t: line_of(t, "schema = 2"),
+        ),
+        id="schema-2",
+    ),
+    pytest.param(
+        BadRecipe(
+            change=edit("schema = 1", 'schema = "1"'),
+            what="expected int, got str",
+            key="recipe.schema",
+            at=lambda t: line_of(t, "schema ="),
+        ),
+        id="schema-not-an-int",
+    ),
 ]
 
 
@@ -232,3 +307,78 @@ def test_cli_reports_malformed_recipe(case: BadRecipe, small_wheel: Path, tmp_pa
     assert result.stderr == f"error: {info.value}\n"
     assert result.stdout == ""
     assert sorted(cwd.iterdir()) == []
+
+
+def load_edited(tmp_path: Path, *changes: Callable[[str], str]) -> tuple[Path, str, RecipeError]:
+    """Apply `changes` to the shipped text, load it; return path, text and the error."""
+    text = SHIPPED.read_text(encoding="utf-8")
+    for change in changes:
+        text = change(text)
+    path = tmp_path / "bad.toml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(RecipeError) as info:
+        load_recipe(path)
+    return path, text, info.value
+
+
+@pytest.mark.parametrize(
+    ("change", "suggested", "others"),
+    [
+        pytest.param(edit(EXCLUDE, EXCLUDES), ["exclude"], ["glob"], id="excludes"),
+        pytest.param(
+            edit("[components]\n", "[component]\n"), ["components"], ["rules"], id="component"
+        ),
+        pytest.param(
+            edit(RULE_2, f'{RULE_2}platform = "manylinux_*"\n'),
+            ["exclude", "glob", "package", "reason"],
+            [],
+            id="platform-in-rule",
+        ),
+    ],
+)
+def test_unknown_key_fix_names_close_match_or_known_keys(
+    change: Callable[[str], str], suggested: list[str], others: list[str], tmp_path: Path
+) -> None:
+    """The fix line offers the close known key alone, or every known key when none is close."""
+    _, _, error = load_edited(tmp_path, change)
+    fix = str(error).splitlines()[1]
+    assert all(key in fix for key in suggested), fix
+    assert not any(key in fix for key in others), fix
+
+
+def test_every_unknown_key_is_named_once(tmp_path: Path) -> None:
+    """Unknown keys all over the file: one error, one problem per key in file order, each line."""
+    path, text, error = load_edited(
+        tmp_path,
+        edit("[components]\n", "[extras]\nfoo = 1\n\n[components]\n"),
+        edit(EXCLUDE, EXCLUDES),
+        edit("[packages.executorch-runtime]\n", "[packages.executorch-runtime]\nsumary = 'x'\n"),
+    )
+    located = [line for line in str(error).splitlines() if "(recipe key " in line]
+    expected = [
+        ("packages.executorch-runtime.sumary", line_of(text, "sumary =")),
+        ("rules[1].excludes", line_of(text, "excludes =")),
+        ("extras", line_of(text, "[extras]")),
+    ]
+    assert len(located) == len(expected), str(error)
+    for problem, (key, line) in zip(located, expected, strict=True):
+        assert f"(recipe key {key}): {path}:{line}" in problem
+        assert problem.endswith(f": {path}:{line}")
+
+
+def test_newer_schema_is_reported_before_its_keys(tmp_path: Path) -> None:
+    """A schema-2 recipe with a key schema 1 lacks: the error is the schema, not the key."""
+    path, text, error = load_edited(
+        tmp_path, edit("schema = 1", "schema = 2"), edit(EXCLUDE, EXCLUDES)
+    )
+    first, fix = str(error).splitlines()
+    assert first.endswith(f"(recipe key recipe.schema): {path}:{line_of(text, 'schema = 2')}")
+    assert "2" in first.split("(recipe key")[0]
+    assert "1" in fix
+
+
+def test_missing_schema_reads_as_1(tmp_path: Path) -> None:
+    """Recipes written before `schema` existed still load."""
+    path = tmp_path / "old.toml"
+    path.write_text(edit("schema = 1\n", "")(SHIPPED.read_text(encoding="utf-8")), encoding="utf-8")
+    assert load_recipe(path).packages == load_recipe().packages

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import zstandard
+from builders import replace_member
 
 from splitter.errors import (
     ExternalToolError,
@@ -698,26 +699,13 @@ def test_a_wheel_replaced_after_it_was_verified_is_refused(
     from splitter.targets.conda import build_conda
     from splitter.targets.tree import build_tree
     from splitter.targets.wheel import build_wheels
-    from splitter.wheel import record_hash
 
     wheel = tmp_path / real_wheel.name
     shutil.copyfile(real_wheel, wheel)
     plan = make_plan(wheel, load_recipe())
     changed = "executorch/exir/__init__.py"
     assert plan.owners[changed][0] == "executorch-export"
-    text = b"# not the file splitter verified\n"
-    replacement = tmp_path / "replacement.whl"
-    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(replacement, "w") as target:
-        for info in source.infolist():  # stored: a quick rewrite, still a valid wheel
-            data = text if info.filename == changed else source.read(info)
-            if info.filename.endswith(".dist-info/RECORD"):
-                row = f"{changed},{record_hash(text)},{len(text)}"
-                lines = data.decode().splitlines()
-                rows = [row if r.startswith(f"{changed},") else r for r in lines]
-                data = ("\n".join(rows) + "\n").encode()
-            info.compress_type = zipfile.ZIP_STORED
-            target.writestr(info, data)
-    os.replace(replacement, wheel)
+    replace_member(wheel, changed, b"# not the file splitter verified\n")
 
     layout = make_layout(plan.wheel, "/usr/local", "lib", "include", None)
     builds = {

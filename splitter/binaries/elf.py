@@ -23,12 +23,11 @@ from elftools.elf.relocation import RelocationSection
 from elftools.elf.sections import SymbolTableSection
 
 from splitter.errors import BinaryError
-from splitter.model import BinaryInfo
+from splitter.model import BinaryInfo, Registry
 
 ELF_MAGIC = b"\x7fELF"
 REGISTER_KERNELS = b"_ZN10executorch7runtime16register_kernelsENS0_4SpanIKNS0_6KernelEEE"
 TORCH_DEF = b"_ZNR5torch7Library4_def"
-KERNEL_SIZE = 24
 OP_NAME = re.compile(rb"[a-z_][a-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
 SCHEMA = re.compile(rb"([a-z_][a-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)\([^\x00]*\) -> [^\x00]+\x00")
 # (relative, absolute-with-symbol) relocation types per machine
@@ -112,7 +111,7 @@ def _analyse(path: str, data: bytes, registrations: bool) -> BinaryInfo:
         else:
             rpath = [p for p in value.split(":") if p]
 
-    registry = ""
+    registry = Registry.NONE
     operators: tuple[str, ...] = ()
     schemas: tuple[str, ...] = ()
     if registrations:
@@ -136,23 +135,24 @@ def _analyse(path: str, data: bytes, registrations: bool) -> BinaryInfo:
     )
 
 
-def _registry_role(elf: ELFFile, strtab: bytes) -> str:
-    """Return "owns" if the file defines register_kernels, "uses" if it imports it, else ""."""
+def _registry_role(elf: ELFFile, strtab: bytes) -> Registry:
+    """Whether the file defines register_kernels (owns a registry) or imports it (uses one)."""
     if REGISTER_KERNELS not in strtab:
-        return ""
+        return Registry.NONE
     # The GNU hash table holds exactly the defined dynamic symbols: an O(1) lookup instead of
     # indexing every symbol (0.6 s over the wheel's 18 ELFs, measured).
     table = elf.get_section_by_name(".gnu.hash")
     if isinstance(table, GNUHashSection):
         found = table.get_symbol(REGISTER_KERNELS.decode())
-        return "owns" if found is not None and found["st_shndx"] != "SHN_UNDEF" else "uses"
+        defined = found is not None and found["st_shndx"] != "SHN_UNDEF"
+        return Registry.OWNS if defined else Registry.USES
     symbols = elf.get_section_by_name(".dynsym")
     if not isinstance(symbols, SymbolTableSection):
-        return ""
+        return Registry.NONE
     for symbol in symbols.get_symbol_by_name(REGISTER_KERNELS.decode()) or ():
         if symbol["st_shndx"] != "SHN_UNDEF":
-            return "owns"
-    return "uses"
+            return Registry.OWNS
+    return Registry.USES
 
 
 def _image(elf: ELFFile, data: bytes) -> _Image:

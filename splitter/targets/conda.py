@@ -10,12 +10,12 @@ import subprocess
 import sys
 import sysconfig
 import zipfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from splitter.errors import ExternalToolError, SplitterError
 from splitter.layout import Layout, default_sitedir
-from splitter.model import PackagePlan, Plan
+from splitter.model import CondaBackend, PackagePlan, Plan, Rpath
 from splitter.output import atomic_output
 from splitter.scratch import scratch_dir
 from splitter.targets.assemble import (
@@ -31,11 +31,10 @@ from splitter.targets.assemble import (
 from splitter.targets.condameta import (
     build_string,
     conda_depends,
-    conda_subdir,
     exclusivity_sidecar,
     run_exports,
 )
-from splitter.targets.recipes import source_url, write_recipes
+from splitter.targets.recipes import write_recipes
 from splitter.targets.stage import Progress, Staged, stage
 from splitter.targets.workers import WorkerDied, Workers, die_with_parent
 from splitter.wheel import read_verified
@@ -54,16 +53,13 @@ def conda_layout(plan: Plan) -> Layout:
     )
 
 
-BACKENDS = ("assemble", "rattler-build", "conda-build")
-
-
 def build_conda(
     plan: Plan,
     out: Path,
     compression_level: int = DEFAULT_LEVEL,
     threads: int = 2,
     progress: Progress | None = None,
-    backend: str = "assemble",
+    backend: CondaBackend = CondaBackend.ASSEMBLE,
     guard: bool = False,
     unpacked: Path | None = None,
     jobs: int = WORKERS,
@@ -79,22 +75,17 @@ def build_conda(
     packages and read their repodata records; `pool` is the workers' assemble_workers(jobs),
     when the caller started them early (else the build starts them).
     """
-    if backend not in BACKENDS:
-        raise SplitterError(f"--backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
-    if backend == "conda-build" and shutil.which("conda-build") is None:
+    if backend == CondaBackend.CONDA_BUILD and shutil.which("conda-build") is None:
         raise SplitterError(
             "--backend conda-build needs a conda-build executable on PATH (none found): "
             "install conda-build, or use --backend assemble or rattler-build"
         )
-    if jobs < 1:
-        raise SplitterError(f"--jobs must be at least 1, not {jobs}")
-    if not 1 <= compression_level <= 22:
-        raise SplitterError(f"--compression-level must be 1..22 (zstd), not {compression_level}")
-    subdir = conda_subdir(plan.wheel.platform_tag)
+    assert jobs >= 1 and 1 <= compression_level <= 22, (jobs, compression_level)  # CLI checks
+    subdir = plan.platform.conda_subdir
     layout = conda_layout(plan)
     builds = {p.name: build_string(plan, p) for p in plan.packages}
     need = sum(p.bytes for p in plan.packages)
-    if backend != "assemble":
+    if backend != CondaBackend.ASSEMBLE:
         jobs = 1
     with (
         atomic_output(out) as build,
@@ -103,13 +94,19 @@ def build_conda(
     ):
         workers.shrink(min(jobs, len(plan.packages)) - 1)
         staged = stage(
-            plan, layout, lambda name: work / "stage" / name, "relative", progress, guard, unpacked
+            plan,
+            layout,
+            lambda name: work / "stage" / name,
+            Rpath.RELATIVE,
+            progress,
+            guard,
+            unpacked,
         )
         write_recipes(plan, staged, build / "recipes", builds)
         release_freed_memory()
         (build / subdir).mkdir()
         records = None
-        if backend == "assemble":
+        if backend == CondaBackend.ASSEMBLE:
             records = assemble_all(
                 plan,
                 staged,
@@ -122,7 +119,10 @@ def build_conda(
                 progress,
             )
         else:
-            build_recipe(plan, build / "recipes", backend, build / subdir, work, compression_level)
+            # The same recipes, rendered with the local wheel as their source: built offline.
+            local = work / "local-recipes"
+            write_recipes(plan, staged, local, builds, url=plan.wheel.path.as_uri())
+            build_recipe(local / backend, backend, build / subdir, work, compression_level)
         index_channel(build, subdir, records)
         written = sorted(str(p.relative_to(build)) for p in build.rglob("*") if p.is_file())
     return [out / name for name in written]
@@ -155,7 +155,7 @@ def assemble_all(
     count belongs to the package, not to the process packing it, so the bytes do not depend
     on --jobs or on which process took which package."""
     layout = staged.layout
-    timestamp = datetime.fromtimestamp(plan.wheel.timestamp, tz=timezone.utc)
+    timestamp = datetime.fromtimestamp(plan.wheel.timestamp, tz=UTC)
     licenses = tuple(str(p) for p in _extract_licenses(plan, work / "licenses"))
     (work / "tmp").mkdir()
     packages = sorted(plan.packages, key=lambda p: (-p.bytes, p.name))
@@ -235,18 +235,13 @@ def info_additions(
 
 
 def build_recipe(
-    plan: Plan, recipes: Path, backend: str, directory: Path, work: Path, level: int = DEFAULT_LEVEL
+    source: Path, backend: CondaBackend, directory: Path, work: Path, level: int = DEFAULT_LEVEL
 ) -> None:
-    """Build the generated recipe offline, with the local wheel as its source."""
-    source = work / f"recipe-{backend}"
-    shutil.copytree(recipes / backend, source)
-    name = "recipe.yaml" if backend == "rattler-build" else "meta.yaml"
-    text = (source / name).read_text()
-    text = text.replace(f'url: "{source_url(plan)}"', f'url: "{plan.wheel.path.as_uri()}"')
-    (source / name).write_text(text)
+    """Build the rendered recipe directory `source` with `backend`, offline, into `directory`."""
+    name = "recipe.yaml" if backend == CondaBackend.RATTLER_BUILD else "meta.yaml"
     scripts = sysconfig.get_path("scripts")
     env = {**os.environ, "PATH": f"{scripts}{os.pathsep}{os.environ.get('PATH', '')}"}
-    if backend == "rattler-build":
+    if backend == CondaBackend.RATTLER_BUILD:
         code = (
             "import sys\n"
             "from rattler_build import Stage0Recipe\n"

@@ -20,11 +20,10 @@ from splitter.binaries.resolve import check_resolved
 from splitter.errors import SplitterError
 from splitter.guard import guard_files
 from splitter.layout import Layout, install_path
-from splitter.model import BinaryInfo, Plan, WheelEntry
+from splitter.model import BinaryInfo, Plan, Rpath, WheelEntry
 from splitter.targets.generated import generated_files
 from splitter.wheel import check_member_name, read_verified, safe_join
 
-RUNTIME_SONAME = "libexecutorch.so"
 Progress = Callable[[str, int, int], None]
 
 
@@ -51,7 +50,7 @@ def stage(
     plan: Plan,
     layout: Layout,
     root_of: Callable[[str], Path],
-    rpath: str = "relative",
+    rpath: Rpath = Rpath.RELATIVE,
     progress: Progress | None = None,
     guard: bool = False,
     unpacked: Path | None = None,
@@ -60,9 +59,7 @@ def stage(
 
     Files come from the wheel, or, with `unpacked` (the verified tree make_plan wrote, on the
     same file system as the roots), are moved out of that tree."""
-    if rpath not in ("relative", "strip"):
-        raise SplitterError(f"--rpath must be 'relative' or 'strip', not {rpath!r}")
-    if rpath == "strip" and not layout.system_libdir():
+    if rpath == Rpath.STRIP and not layout.system_libdir():
         raise SplitterError(
             f"--rpath strip needs a libdir the dynamic linker searches by default, not "
             f"{layout.prefix}/{layout.libdir}: use --prefix /usr (Debian policy) "
@@ -119,7 +116,7 @@ def stage(
     allowed = frozenset(plan.recipe.system_sonames) | frozenset(
         s for e in plan.recipe.externals for s in e.sonames
     )
-    default_dirs = (layout.libdir,) if rpath == "strip" else ()
+    default_dirs = (layout.libdir,) if rpath == Rpath.STRIP else ()
     elves = frozenset(destinations[b.path] for b in plan.binaries)
     check_resolved(union, allowed, default_dirs, elves)
     for files in staged.values():
@@ -267,7 +264,7 @@ def relocate(
     layout: Layout,
     destinations: dict[str, str],
     root_of: Callable[[str], Path],
-    rpath: str,
+    rpath: Rpath,
 ) -> dict[str, tuple[str, ...]]:
     """Give every shipped ELF a RUNPATH that reaches its NEEDED files in the new layout."""
     written: dict[str, tuple[str, ...]] = {}
@@ -278,7 +275,7 @@ def relocate(
     for binary in plan.binaries:
         dest = destinations[binary.path]
         runpath = runpath_for(binary, dest, targets, ext_dirs, externals)
-        if rpath == "strip":
+        if rpath == Rpath.STRIP:
             system = posixpath.relpath(layout.libdir, posixpath.dirname(dest) or ".")
             drop = {"$ORIGIN" if system == "." else f"$ORIGIN/{system}"}
             runpath = tuple(e for e in runpath if e not in drop)

@@ -8,7 +8,7 @@ import posixpath
 from pathlib import Path
 
 from splitter.layout import Layout
-from splitter.model import Plan
+from splitter.model import Plan, Rpath
 from splitter.output import atomic_output
 from splitter.report import dependency_json, verdict_json
 from splitter.targets.stage import Progress, Staged, StagedFile, stage
@@ -18,7 +18,7 @@ def build_tree(
     plan: Plan,
     out: Path,
     layout: Layout,
-    rpath: str = "relative",
+    rpath: Rpath = Rpath.RELATIVE,
     progress: Progress | None = None,
     guard: bool = False,
 ) -> list[Path]:

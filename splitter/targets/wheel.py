@@ -14,6 +14,7 @@ import zipfile
 from pathlib import Path
 
 from packaging.metadata import Metadata, RawMetadata
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from splitter.cmake import (
@@ -133,6 +134,23 @@ def payload(
     return files
 
 
+def description(plan: Plan, package: PackagePlan) -> str:
+    """Where the package comes from, and which requirements the recipe's [externals] add that
+    the input wheel's own Requires-Dist does not name (executorch 1.5.1 omits torch)."""
+    text = (
+        f"{package.summary}.\n\nSplit by splitter from {plan.wheel.filename} "
+        f"(sha256 {plan.wheel.sha256})."
+    )
+    named = {canonicalize_name(Requirement(r).name) for r in plan.wheel.requires_dist}
+    added = [e.pip for e in package.externals if canonicalize_name(e.name) not in named]
+    if added:
+        text += (
+            f" Its binaries link against {', '.join(added)}, which the recipe's [externals] "
+            f"add: {plan.wheel.name} {plan.wheel.version}'s Requires-Dist does not name it."
+        )
+    return text + "\n"
+
+
 def metadata(plan: Plan, package: PackagePlan) -> bytes:
     """METADATA written with packaging's own tooling."""
     requires = [f"{d.name}=={d.version}" for d in package.depends]
@@ -142,11 +160,7 @@ def metadata(plan: Plan, package: PackagePlan) -> bytes:
         "name": package.name,
         "version": package.version,
         "summary": package.summary,
-        "description": (
-            f"{package.summary}.\n\nSplit by splitter from {plan.wheel.filename} "
-            f"(sha256 {plan.wheel.sha256}). executorch {plan.wheel.version} was built against "
-            "torch 2.13 but does not say so in its Requires-Dist; the export wheel does.\n"
-        ),
+        "description": description(plan, package),
         "description_content_type": "text/plain",
         "license_expression": plan.wheel.license,
         "license_files": [name.rsplit("/", 1)[-1] for name in plan.wheel.license_files],

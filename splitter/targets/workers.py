@@ -162,8 +162,8 @@ def serve(build: int, warm: list[str]) -> None:
         try:
             answer = (False, function(argument))
         except Exception as exc:
-            if sys.version_info >= (3, 11):  # the worker's traceback, for a bug report
-                exc.add_note(f"in worker {os.getpid()}:\n{traceback.format_exc()}")
+            # The worker's traceback, for a bug report.
+            exc.add_note(f"in worker {os.getpid()}:\n{traceback.format_exc()}")
             answer = (True, exc)
         try:
             _send(answers, answer)

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,8 @@ TIMEOUT = 300  # seconds one load may take before it counts as an error
 # stdin forks a child that loads them in order, with its output in a file of its own, and
 # answers [exit code, output]. The child ends through libc exit(), so the libraries' static
 # destructors run as at the end of a fresh process. Forking from a warm interpreter instead
-# of starting one per pair: co-load of 1.5.1 took 111 s, most of it importing torch 54 times.
+# of starting one per pair imports torch once per loader, not once per pair: the import is
+# most of the cost of a fresh interpreter.
 LOADER = """
 import ctypes, json, os, signal, sys, tempfile
 if sys.argv[1] == "torch":
@@ -137,20 +139,29 @@ class Loaders:
             loader.close()
 
 
+class Outcome(StrEnum):
+    """What loading two files into one process did."""
+
+    COEXIST = "coexist"  # both loaded
+    ABORT = "abort"  # the second aborted with "Re-registering"
+    ERROR = "error"  # any other failure
+    SKIPPED = "skipped"  # not run: needs torch and no interpreter has it
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PairResult:
     """One ordered load of two files."""
 
     first: str
     second: str
-    expected: str  # "coexist" or "abort"
-    outcome: str  # "coexist", "abort", "error" or "skipped"
+    expected: Outcome  # COEXIST or ABORT
+    outcome: Outcome
     detail: str
 
     @property
     def ok(self) -> bool:
         """Skipped counts as not failed."""
-        return self.outcome in (self.expected, "skipped")
+        return self.outcome in (self.expected, Outcome.SKIPPED)
 
 
 def coload_items(libdir: Path, sitedir: Path | None) -> list[Path]:
@@ -168,25 +179,25 @@ def needs_torch(path: Path) -> bool:
     return any(n.startswith(TORCH_SONAMES) or n.startswith("_C.") for n in info.needed)
 
 
-def expected_outcome(first: Path, second: Path, verdicts: Iterable[dict[str, Any]]) -> str:
-    """ "abort" when the metadata marks this pair in effect, else "coexist"."""
+def expected_outcome(first: Path, second: Path, verdicts: Iterable[dict[str, Any]]) -> Outcome:
+    """ABORT when the metadata marks this pair in effect, else COEXIST."""
     names = {first.name, second.name}
     for verdict in verdicts:
         if {f["path"].rsplit("/", 1)[-1] for f in verdict["files"]} == names:
-            return "abort" if verdict["in_effect"] else "coexist"
-    return "coexist"
+            return Outcome.ABORT if verdict["in_effect"] else Outcome.COEXIST
+    return Outcome.COEXIST
 
 
-def load_pair(loaders: Loaders, first: Path, second: Path, torch: bool) -> tuple[str, str]:
+def load_pair(loaders: Loaders, first: Path, second: Path, torch: bool) -> tuple[Outcome, str]:
     """Outcome and the last line of output of loading both files in that order."""
     code, output = loaders.load([first, second], torch)
     output = output.strip()
     if code == 0:
-        return "coexist", ""
+        return Outcome.COEXIST, ""
     if code in (-6, 134) and "Re-registering" in output:
         line = next(x for x in output.splitlines() if "Re-registering" in x)
-        return "abort", line.split("] ", 1)[-1][:160]
-    return "error", (output.splitlines() or [f"exit {code}"])[-1][:200]
+        return Outcome.ABORT, line.split("] ", 1)[-1][:160]
+    return Outcome.ERROR, (output.splitlines() or [f"exit {code}"])[-1][:200]
 
 
 def coload_matrix(
@@ -215,7 +226,7 @@ def coload_matrix(
                 first=first.name,
                 second=second.name,
                 expected=expected,
-                outcome="skipped",
+                outcome=Outcome.SKIPPED,
                 detail="needs torch: pass --python with torch",
             )
         outcome, detail = load_pair(loaders, first, second, torch)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import stat
 import subprocess
 import sys
 import tarfile
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from splitter.errors import SplitterError
+from splitter.errors import InvalidWheel, SplitterError
+from splitter.wheel import check_member_name, safe_join
 
 RUNTIME = "executorch-runtime"
 QUANTIZED = "executorch-kernels-quantized"
@@ -118,14 +120,7 @@ def _wheel(out: Path, scratch: Path, only: tuple[str, ...] | None) -> Installed:
         if only is not None and name not in only:
             continue
         names.append(name)
-        with zipfile.ZipFile(wheel) as archive:
-            for info in archive.infolist():
-                target = site / info.filename
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(archive.read(info))
-                target.chmod((info.external_attr >> 16) & 0o777 or 0o644)
-                if info.filename.endswith(".dist-info/splitter-process-exclusive.json"):
-                    verdicts += json.loads(archive.read(info))["pairs"]
+        verdicts += _unpack_wheel(wheel, site)
     return Installed(
         kind="wheel",
         root=site,
@@ -135,6 +130,32 @@ def _wheel(out: Path, scratch: Path, only: tuple[str, ...] | None) -> Installed:
         packages=tuple(names),
         verdicts=_unique(verdicts),
     )
+
+
+def _unpack_wheel(wheel: Path, site: Path) -> list[dict[str, Any]]:
+    """Every member of `wheel` under `site`; a wheel with a member that could land outside it
+    (or a link, which wheels cannot carry) is refused before anything is written."""
+    verdicts = []
+    with zipfile.ZipFile(wheel) as archive:
+        members = archive.infolist()
+        for info in members:
+            check_member_name(info.filename)
+            if stat.S_ISLNK(info.external_attr >> 16):
+                raise InvalidWheel(
+                    f"symlink entry in wheel (wheels cannot carry links): {info.filename}\n"
+                    f"rebuild {wheel}"
+                )
+        for info in members:
+            target = safe_join(site, info.filename)
+            if info.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(archive.read(info))
+            target.chmod((info.external_attr >> 16) & 0o777 or 0o644)
+            if info.filename.endswith(".dist-info/splitter-process-exclusive.json"):
+                verdicts += json.loads(archive.read(info))["pairs"]
+    return verdicts
 
 
 def _tree(out: Path, scratch: Path, only: tuple[str, ...] | None) -> Installed:

@@ -8,11 +8,12 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from splitter.errors import SplitterError
-from splitter.verify.coload import coload_items, coload_matrix
+from splitter.verify.coload import Outcome, coload_items, coload_matrix
 from splitter.verify.consumer import (
     MISSING_QUANTIZED,
     build_consumer,
@@ -24,6 +25,14 @@ from splitter.verify.consumer import (
 from splitter.verify.install import QUANTIZED, RUNTIME, Installed, install
 
 
+class Status(StrEnum):
+    """The verdict of one check."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    SKIP = "skip"  # could not run here; the detail says why
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Check:
     """One row of the report."""
@@ -32,7 +41,7 @@ class Check:
     subject: str
     expected: str
     outcome: str
-    status: str  # pass, fail or skip
+    status: Status
     detail: str = ""
 
 
@@ -64,7 +73,11 @@ def verify(
         full = install(out, scratch / "full")
         items = coload_items(full.libdir, full.sitedir) if "co-load" in only else []
         for pair in coload_matrix(items, full.verdicts, Path(sys.executable), torch_python, jobs):
-            status = "skip" if pair.outcome == "skipped" else ("pass" if pair.ok else "fail")
+            status = (
+                Status.SKIP
+                if pair.outcome == Outcome.SKIPPED
+                else (Status.PASS if pair.ok else Status.FAIL)
+            )
             checks.append(
                 Check(
                     check="co-load",
@@ -85,7 +98,12 @@ def verify(
 
 
 def consumer_checks(out: Path, full: Installed, cmakes: list[Path], scratch: Path) -> list[Check]:
-    """The CMake consumer matrix, the quantized model run, and the relocation check."""
+    """Per CMake: the consumer runs the model, and fails to configure without kernels-quantized.
+
+    When kernels-quantized was built, "model (C++)" builds the consumer against every package and
+    compares the model's output with the shipped one; "missing component" builds it against the
+    runtime alone and passes when configure fails naming executorch-kernels-quantized.
+    """
     checks = []
     has_quantized = QUANTIZED in full.packages
     runtime_only = install(out, scratch / "runtime-only", only=(RUNTIME,))
@@ -106,7 +124,7 @@ def consumer_checks(out: Path, full: Installed, cmakes: list[Path], scratch: Pat
                 subject=subject,
                 expected="configure fails naming executorch-kernels-quantized",
                 outcome="as expected" if named else "configured or unnamed",
-                status="pass" if named else "fail",
+                status=Status.PASS if named else Status.FAIL,
                 detail=""
                 if named
                 else missing.output.strip().splitlines()[-1:][0]
@@ -124,7 +142,7 @@ def _model_check(built: Any, out_file: Path, check: str, subject: str) -> Check:
             subject=subject,
             expected="identical output",
             outcome="build failed",
-            status="fail",
+            status=Status.FAIL,
             detail=built.output.strip().splitlines()[-1] if built.output else "",
         )
     run = run_model(built.runner, out_file)
@@ -134,7 +152,7 @@ def _model_check(built: Any, out_file: Path, check: str, subject: str) -> Check:
         subject=subject,
         expected="identical output",
         outcome="identical" if same else f"exit {run.returncode}",
-        status="pass" if same else "fail",
+        status=Status.PASS if same else Status.FAIL,
         detail="" if same else (run.stderr.strip().splitlines() or [""])[-1],
     )
 
@@ -158,7 +176,7 @@ def relocation_check(full: Installed, cmakes: list[Path], scratch: Path) -> Chec
             subject="CMake >= 3.28",
             expected="runs after a move",
             outcome="build failed",
-            status="fail",
+            status=Status.FAIL,
         )
     bindir = prefix / "bin"
     bindir.mkdir(exist_ok=True)
@@ -175,7 +193,7 @@ def relocation_check(full: Installed, cmakes: list[Path], scratch: Path) -> Chec
         subject=f"{runner.relative_to(moved.parent)}",
         expected="runs after a move",
         outcome="identical" if same else "failed",
-        status="pass" if same else "fail",
+        status=Status.PASS if same else Status.FAIL,
         detail="" if same else (run.stderr.strip().splitlines() or [""])[-1],
     )
 
@@ -183,7 +201,12 @@ def relocation_check(full: Installed, cmakes: list[Path], scratch: Path) -> Chec
 def skipped(check: str, expected: str, reason: str) -> Check:
     """A check that could not run here, with the reason."""
     return Check(
-        check=check, subject="-", expected=expected, outcome="skipped", status="skip", detail=reason
+        check=check,
+        subject="-",
+        expected=expected,
+        outcome="skipped",
+        status=Status.SKIP,
+        detail=reason,
     )
 
 
@@ -195,7 +218,8 @@ def python_check(full: Installed, torch_python: Path | None) -> Check:
         return skipped(
             "model (Python)",
             "identical output",
-            "needs torch: pass --python with torch 2.13 importable",
+            "needs torch: pass --python with an interpreter that imports the torch the export "
+            "package requires",
         )
     run = run_model_python(torch_python, full.sitedir)
     same = run.returncode == 0 and run.stdout == expected_output()
@@ -204,6 +228,6 @@ def python_check(full: Installed, torch_python: Path | None) -> Check:
         subject=str(torch_python),
         expected="identical output",
         outcome="identical" if same else f"exit {run.returncode}",
-        status="pass" if same else "fail",
+        status=Status.PASS if same else Status.FAIL,
         detail="" if same else (run.stderr.decode().strip().splitlines() or [""])[-1],
     )

@@ -1,0 +1,93 @@
+"""Facts about the target platforms that follow from the wheel and the recipe alone, decided
+once by make_plan so that `splitter plan` refuses exactly what `splitter build` would: the
+conda subdir and glibc floor of the wheel's platform tag, and the wheel's Requires-Dist in
+conda's names."""
+
+from __future__ import annotations
+
+import re
+
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+
+from splitter.errors import RecipeError, UnsupportedWheel
+from splitter.model import Platform, Recipe, WheelInfo
+
+# manylinux machine -> conda subdir
+SUBDIRS = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
+LEGACY_GLIBC = {"manylinux2014": "2.17", "manylinux2010": "2.12", "manylinux1": "2.5"}
+
+
+def decide_platform(wheel: WheelInfo) -> Platform:
+    """The platform a wheel's tags name; refuses tags there is no conda subdir for."""
+    tag = wheel.platform_tag
+    machine = next((m for m in SUBDIRS if tag.startswith("manylinux") and tag.endswith(m)), None)
+    if machine is None:
+        raise UnsupportedWheel(
+            f"no conda subdir for platform tag (only manylinux x86_64/aarch64): {tag}"
+        )
+    match = re.match(r"manylinux_(\d+)_(\d+)_", tag)
+    glibc = (
+        f"{match.group(1)}.{match.group(2)}"
+        if match
+        else next((v for k, v in LEGACY_GLIBC.items() if tag.startswith(k)), "2.17")
+    )
+    python = wheel.python_tag
+    return Platform(
+        tag=tag,
+        machine=machine,
+        conda_subdir=SUBDIRS[machine],
+        glibc=glibc,
+        python=(int(python[2]), int(python[3:])),
+    )
+
+
+def conda_spec(requirement: Requirement, conda_name: str) -> str:
+    """A conda MatchSpec for a pip requirement's version specifiers."""
+    pieces = []
+    for spec in sorted(requirement.specifier, key=str):
+        op, version = spec.operator, spec.version
+        if op == "~=":
+            head = ".".join(version.split(".")[:-1])
+            pieces += [f">={version}", f"{head}.*"]
+        elif op == "===":
+            pieces.append(f"=={version}")
+        else:
+            pieces.append(f"{op}{version}")
+    return f"{conda_name} {','.join(pieces)}".strip()
+
+
+def conda_requirements(wheel: WheelInfo, recipe: Recipe, platform: Platform) -> tuple[str, ...]:
+    """The wheel's Requires-Dist that apply on its own platform and Python, as conda specs
+    named through the recipe's [conda.names]; every unnamed one is listed in one error."""
+    major, minor = platform.python
+    env: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
+    env.update(
+        {
+            "python_version": f"{major}.{minor}",
+            "python_full_version": f"{major}.{minor}.0",
+            "platform_system": "Linux",
+            "sys_platform": "linux",
+            "platform_machine": platform.machine,
+            "os_name": "posix",
+            "implementation_name": "cpython",
+            "extra": "",
+        }
+    )
+    names = dict(recipe.conda_names)
+    specs, missing = [], []
+    for text in wheel.requires_dist:
+        requirement = Requirement(text)
+        if requirement.marker is not None and not requirement.marker.evaluate(env):
+            continue
+        conda_name = names.get(requirement.name.lower()) or names.get(requirement.name)
+        if conda_name is None:
+            missing.append(requirement.name)
+            continue
+        specs.append(conda_spec(requirement, conda_name))
+    if missing:
+        raise RecipeError(
+            f"Requires-Dist names without a conda name ({', '.join(sorted(missing))}): "
+            f"{recipe.path}\nadd them under [conda.names]"
+        )
+    return tuple(sorted(specs))
