@@ -2,17 +2,16 @@
 
 The script imports `main` from here, not from splitter.cli, so that importing this module
 stays cheap: anything that re-runs the script's imports in a child (multiprocessing's spawn
-does) would otherwise import the whole CLI (typer, rich, pyelftools: ~0.45 s of CPU each).
+does) would otherwise import the whole CLI (typer, rich, pyelftools) in every child.
 """
 
 
 def main() -> None:
     """Run the CLI.
 
-    The garbage collector is frozen twice (measured on a conda build of 1.5.1): after the
-    imports, whose objects live as long as the process, so collections during the build do
-    not walk them again (GC time 0.09-0.10 -> 0.07-0.08 s); and at the end, so that
-    finalization does not walk every object only to free them all (0.15-0.17 -> 0.016 s)."""
+    The garbage collector is frozen twice: after the imports, whose objects live as long as
+    the process, so collections during the build do not walk them again; and at the end, so
+    that finalization does not walk every object only to free them all."""
     import gc
 
     from splitter.cli import main as cli_main

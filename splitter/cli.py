@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
@@ -18,9 +19,7 @@ from splitter.errors import SplitterError
 from splitter.layout import make_layout
 from splitter.model import CondaBackend, Rpath
 from splitter.report import plan_json
-from splitter.scratch import wheel_scratch
-from splitter.targets.assemble import assemble_workers
-from splitter.targets.conda import DEFAULT_LEVEL, WORKERS, build_conda
+from splitter.targets.conda import DEFAULT_LEVEL, WORKERS, Build, CondaOptions, conda_builder
 from splitter.targets.tree import build_tree
 from splitter.targets.wheel import build_wheels
 
@@ -155,12 +154,29 @@ def build(
     """Build the packages of the plan for one target."""
     progress = show_progress(ctx, quiet, as_json)
     out_dir = output or Path("dist") / target.value
-    one_pass = target is Target.conda and backend == CondaBackend.ASSEMBLE
-    with (
-        wheel_scratch() as unpack,  # conda: the plan's one inflating pass feeds staging
-        assemble_workers(jobs if one_pass else 1) as pool,  # their start overlaps the plan
-    ):
-        result = compute_plan(wheel, recipe, progress, unpack if one_pass else None)
+    builder: contextlib.AbstractContextManager[Build]
+    if target is Target.conda:
+        options = CondaOptions(
+            compression_level=compression_level, backend=backend, guard=guard, jobs=jobs
+        )
+        builder = conda_builder(options)  # its workers start while the plan is made
+    elif target is Target.wheel:
+        builder = contextlib.nullcontext(
+            lambda plan, out, report: build_wheels(plan, out, report, guard)
+        )
+    else:
+        builder = contextlib.nullcontext(
+            lambda plan, out, report: build_tree(
+                plan,
+                out,
+                make_layout(plan.wheel, prefix, libdir, includedir, sitedir),
+                rpath,
+                report,
+                guard,
+            )
+        )
+    with builder as run_build:
+        result = compute_plan(wheel, recipe, progress)
         with progress_bar(progress) as bar:
             task = bar.add_task(f"building {target.value}", total=None) if bar else None
 
@@ -168,23 +184,7 @@ def build(
                 if bar is not None and task is not None:
                     bar.update(task, completed=done, total=total or None, description=stage)
 
-            if target is Target.conda:
-                written = build_conda(
-                    result,
-                    out_dir,
-                    compression_level,
-                    progress=report,
-                    backend=backend,
-                    guard=guard,
-                    unpacked=unpack.directory,
-                    jobs=jobs,
-                    pool=pool,
-                )
-            elif target is Target.wheel:
-                written = build_wheels(result, out_dir, report, guard)
-            else:
-                layout = make_layout(result.wheel, prefix, libdir, includedir, sitedir)
-                written = build_tree(result, out_dir, layout, rpath, report, guard)
+            written = run_build(result, out_dir, report)
     if as_json:
         print(
             json.dumps(

@@ -17,7 +17,6 @@ from splitter.fetch import resolve_input
 from splitter.model import Plan
 from splitter.plan import make_plan
 from splitter.recipe import load_recipe
-from splitter.wheel import Unpack
 
 out = Console()
 err = Console(stderr=True)
@@ -53,14 +52,8 @@ def zipfile_names(path: Path) -> list[str]:
         return []
 
 
-def compute_plan(
-    wheel: str | None,
-    recipe_path: Path | None,
-    show_progress: bool,
-    unpack: Unpack | None = None,
-) -> Plan:
-    """Resolve the input, load the recipe and make the plan, with a progress bar; `unpack`
-    gives the directory to write the verified files into (see read_wheel)."""
+def compute_plan(wheel: str | None, recipe_path: Path | None, show_progress: bool) -> Plan:
+    """Resolve the input, load the recipe and make the plan, with a progress bar."""
     recipe = load_recipe(recipe_path)
     with progress_bar(show_progress) as bar:
         task = (
@@ -80,7 +73,7 @@ def compute_plan(
             if bar is not None and task is not None:
                 bar.update(task, completed=done)
 
-        return make_plan(path, recipe, report, unpack)
+        return make_plan(path, recipe, report)
 
 
 def show_why(result: Plan, path: str, as_json: bool) -> None:

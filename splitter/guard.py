@@ -9,11 +9,10 @@ it first, before upstream's own loader (whose bare `except:` would swallow the e
 from __future__ import annotations
 
 import posixpath
-import zipfile
 
 from splitter.errors import SplitterError
 from splitter.model import Plan
-from splitter.wheel import read_verified
+from splitter.payload import Payload
 
 GUARD_MODULE = "_splitter_guard.py"
 HOOK = (
@@ -84,11 +83,9 @@ def guard_files(plan: Plan) -> tuple[dict[str, bytes], dict[str, bytes]]:
     added: dict[str, bytes] = {}
     if not by_init:
         return replaced, added
-    entries = {e.path: e for e in plan.wheel.entries if e.path in by_init}
-    with zipfile.ZipFile(plan.wheel.path) as archive:
+    with Payload(plan.wheel) as payload:
         for init, pairs in sorted(by_init.items()):
-            # Verified against the plan's digest: the wheel may have been replaced since.
-            text = read_verified(archive, entries[init]).decode("utf-8")
+            text = payload.read(init).decode("utf-8")
             lines = text.splitlines(keepends=True)
             # `from __future__` must stay first; the hook goes right after it.
             at = max(

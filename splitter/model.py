@@ -227,6 +227,8 @@ class Plan:
     exclusive: tuple[Verdict, ...]
     build_version: str  # the full version the wheel says it was built as, e.g. 1.5.1+cpu
     platform: Platform
+    # CMake component -> library file name, for each component whose library the wheel ships
+    component_libraries: tuple[tuple[str, str], ...]
 
     def package(self, name: str) -> PackagePlan:
         """The package called `name`."""

@@ -21,6 +21,7 @@ from splitter.errors import (
 )
 from splitter.exclusive import check_verdicts_against_depends, judge_exclusive
 from splitter.facts import conda_requirements, decide_platform
+from splitter.layout import LIB
 from splitter.model import (
     BinaryInfo,
     Dependency,
@@ -30,7 +31,7 @@ from splitter.model import (
     WheelInfo,
 )
 from splitter.selector import Selector
-from splitter.wheel import Unpack, read_wheel
+from splitter.wheel import read_wheel
 
 Progress = Callable[[str, int, int], None]
 VERSION_FILE = "executorch/version.py"
@@ -38,11 +39,8 @@ VERSION_FILE = "executorch/version.py"
 VERSION_ASSIGNMENT = re.compile(rb"__version__\s*=\s*['\"]([A-Za-z0-9.+!_-]+)['\"]")
 
 
-def make_plan(
-    wheel_path: Path, recipe: Recipe, progress: Progress | None = None, unpack: Unpack | None = None
-) -> Plan:
-    """Read and verify the wheel, analyse its binaries and decide the split; with `unpack`,
-    the verified files are also written there (see read_wheel)."""
+def make_plan(wheel_path: Path, recipe: Recipe, progress: Progress | None = None) -> Plan:
+    """Read and verify the wheel, analyse its binaries and decide the split; writes nothing."""
     binaries: list[BinaryInfo] = []
     build_version: list[str] = []
     seen = 0
@@ -64,7 +62,7 @@ def make_plan(
             if match:
                 build_version.append(match.group(1).decode("ascii"))
 
-    wheel = read_wheel(wheel_path, visit, wants, unpack)
+    wheel = read_wheel(wheel_path, visit, wants)
     check_supported(wheel, recipe)
     platform = decide_platform(wheel)
     conda_requires = conda_requirements(wheel, recipe, platform)
@@ -77,11 +75,15 @@ def make_plan(
     verdicts = judge_exclusive(binaries, by_path, closure, owners, recipe)
     check_verdicts_against_depends(verdicts, depends)
 
+    shipped = {e.path.removeprefix(LIB) for e in wheel.entries if e.path.startswith(LIB)}
+    component_libraries = tuple(
+        (c.name, c.library) for c in recipe.components if c.library in shipped
+    )
     sizes = {e.path: e.size for e in wheel.entries}
     packages = []
     for spec in recipe.packages:
         files = tuple(sorted(p for p, (pkg, _) in owners.items() if pkg == spec.name))
-        lib_names = {p.rsplit("/", 1)[-1] for p in files}
+        lib_names = {p.removeprefix(LIB) for p in files if p.startswith(LIB)}
         packages.append(
             PackagePlan(
                 name=spec.name,
@@ -94,15 +96,7 @@ def make_plan(
                 externals=tuple(sorted(externals[spec.name].values(), key=lambda d: d.name)),
                 system_sonames=tuple(sorted(system[spec.name])),
                 cmake_components=tuple(
-                    sorted(
-                        c.name
-                        for c in recipe.components
-                        if c.library in lib_names
-                        and any(
-                            p.endswith("/" + c.library) and p.startswith("executorch/lib/")
-                            for p in files
-                        )
-                    )
+                    sorted(c for c, library in component_libraries if library in lib_names)
                 ),
                 sonames=tuple(
                     sorted(
@@ -121,6 +115,7 @@ def make_plan(
         exclusive=verdicts,
         build_version=build_version[0] if build_version else wheel.version,
         platform=platform,
+        component_libraries=component_libraries,
     )
 
 
@@ -132,7 +127,7 @@ def check_supported(wheel: WheelInfo, recipe: Recipe) -> None:
             f"{recipe.path.name} splits {recipe.project} {recipe.supported}): {wheel.path}"
         )
     if Version(wheel.version) not in SpecifierSet(recipe.supported):
-        has_lib = any(e.path.startswith("executorch/lib/") for e in wheel.entries)
+        has_lib = any(e.path.startswith(LIB) for e in wheel.entries)
         why = (
             ""
             if has_lib
@@ -181,9 +176,7 @@ def assign_owners(wheel: WheelInfo, recipe: Recipe) -> dict[str, tuple[str, int]
 
 def check_components(wheel: WheelInfo, recipe: Recipe) -> None:
     """A component the recipe says this platform ships must have its library in the wheel."""
-    names = {
-        e.path.rsplit("/", 1)[-1] for e in wheel.entries if e.path.startswith("executorch/lib/")
-    }
+    names = {e.path.removeprefix(LIB) for e in wheel.entries if e.path.startswith(LIB)}
     for component in recipe.components:
         required = any(fnmatch.fnmatchcase(wheel.platform_tag, p) for p in component.platforms)
         if required and component.library not in names:

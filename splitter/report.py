@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from splitter.model import Dependency, Plan, Verdict
+from splitter.model import Dependency, PackagePlan, Plan, Verdict
 
 SCHEMA_VERSION = 1
+EXCLUSIVE_SCHEMA = "splitter.process-exclusive/1"  # the exclusivity record every target ships
 
 
 def dependency_json(dep: Dependency) -> dict[str, Any]:
@@ -23,7 +24,7 @@ def dependency_json(dep: Dependency) -> dict[str, Any]:
 def verdict_json(verdict: Verdict) -> dict[str, Any]:
     """A process-exclusivity verdict in the versioned sidecar schema."""
     return {
-        "schema": "splitter.process-exclusive/1",
+        "schema": EXCLUSIVE_SCHEMA,
         "files": [
             {"path": verdict.first, "package": verdict.first_package},
             {"path": verdict.second, "package": verdict.second_package},
@@ -32,6 +33,20 @@ def verdict_json(verdict: Verdict) -> dict[str, Any]:
         "in_effect": verdict.in_effect,
         "operators": list(verdict.operators),
         "evidence": list(verdict.evidence),
+    }
+
+
+def exclusivity_record(plan: Plan, package: PackagePlan) -> dict[str, Any]:
+    """The exclusivity record one package ships: the pairs it is part of, with the input."""
+    return {
+        "schema": EXCLUSIVE_SCHEMA,
+        "package": package.name,
+        "input": {"filename": plan.wheel.filename, "sha256": plan.wheel.sha256},
+        "pairs": [
+            verdict_json(v)
+            for v in plan.exclusive
+            if package.name in (v.first_package, v.second_package)
+        ],
     }
 
 
@@ -56,6 +71,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "python": "{}.{}".format(*plan.platform.python),
         },
         "recipe": plan.recipe.path.name,
+        "cmake_components": {c: library for c, library in plan.component_libraries},
         "packages": [
             {
                 "name": pkg.name,

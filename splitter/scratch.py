@@ -1,14 +1,13 @@
 """Scratch space for intermediate trees that are not outputs (the conda target's staged
 payload and rattler-build's own copy of it).
 
-Measured on the real wheel: rattler-build's assembler copies every staged file into a
-temporary directory before archiving, so on a disk-backed /tmp each package's files are
-created twice more; on a tmpfs the conda build's assembly took 2.4 s instead of 6.1 s.
-Scratch therefore goes to $SPLITTER_SCRATCH, else /dev/shm when it is a tmpfs with room
-for four times the payload and that is at most a quarter of the available memory, else the
-system temporary directory. A build that is killed
-leaves its scratch directory behind; each directory is flocked by its build, and the next
-build removes the ones whose lock is free.
+rattler-build's assembler copies every staged file into a temporary directory before
+archiving, so on a disk-backed /tmp each package's files are created twice more, and the
+assembly waits on the disk. Scratch therefore goes to $SPLITTER_SCRATCH, else /dev/shm when
+it is a tmpfs with room for four times the payload and that is at most a quarter of the
+available memory, else the system temporary directory. A build that is killed leaves its
+scratch directory behind; each directory is flocked by its build, and the next build removes
+the ones whose lock is free.
 """
 
 from __future__ import annotations
@@ -30,11 +29,11 @@ SHM = Path("/dev/shm")
 LIVE = "splitter-scratch-"
 NEW = ".splitter-new-"
 MARGIN = 64 << 20
-# Peak scratch of a conda build, measured on the real wheel: 217 MB for 64 MB of payload (the
-# unpacked tree, rattler-build's copy of it and its temporary archives).
+# Peak scratch of a conda build, as a multiple of the payload: the unpacked tree,
+# rattler-build's copy of it and its temporary archives, with some room to spare.
 PEAK_FACTOR = 4
-# tmpfs pages are RAM: use it only when the peak is at most a quarter of what is available
-# (the 10x synthetic wheel peaked at 2.2 GB of /dev/shm).
+# tmpfs pages are RAM: use it only when the peak is at most a quarter of what is available,
+# so a large wheel falls back to disk instead of pressing the machine's memory.
 MEMORY_SHARE = 4
 ABANDONED_AFTER = 3600.0  # seconds; a NEW directory is renamed to LIVE within milliseconds
 
@@ -134,24 +133,3 @@ def _available_memory() -> int:
 def _free(path: Path) -> int:
     stat = os.statvfs(path)
     return stat.f_bavail * stat.f_frsize
-
-
-class Unpacker:
-    """Called with a wheel's uncompressed size, opens a scratch directory sized for it and
-    returns where its files go; the directory lives until the `wheel_scratch` block ends."""
-
-    def __init__(self, stack: contextlib.ExitStack) -> None:
-        self._stack = stack
-        self.directory: Path | None = None
-
-    def __call__(self, size: int) -> Path:
-        if self.directory is None:
-            self.directory = self._stack.enter_context(scratch_dir(size)) / "wheel"
-        return self.directory
-
-
-@contextmanager
-def wheel_scratch() -> Iterator[Unpacker]:
-    """Scratch for a wheel's unpacked files, opened only if the Unpacker is called."""
-    with contextlib.ExitStack() as stack:
-        yield Unpacker(stack)

@@ -49,9 +49,8 @@ class Selector:
 
 @cache
 def _matchers(rule: Rule) -> tuple[re.Pattern[str], re.Pattern[str]]:
-    """A rule's globs, and its excludes, as one pattern each: one match a path instead of one
-    a glob (claims over 1.5.1's 4,605 paths: 50 -> 35 ms; the same claims, checked on those
-    and the 10x synthetic wheel's 45,996)."""
+    """A rule's globs, and its excludes, as one pattern each: one regex match per path and
+    rule instead of one per glob, with the same claims as matching the globs one by one."""
 
     def union(globs: tuple[str, ...]) -> re.Pattern[str]:
         if not globs:

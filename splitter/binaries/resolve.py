@@ -7,9 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from splitter.binaries.elf import analyse_elf, is_elf
+from splitter.binaries.relocate import ORIGIN
 from splitter.errors import BinaryError
-
-ORIGIN = "$ORIGIN"
 
 
 def find_unresolved(
@@ -23,7 +22,7 @@ def find_unresolved(
     `files` maps prefix-relative paths of the installed union to real files; `allowed` are
     system and mapped external sonames, which the target system provides. `elves` are the
     paths already known to be ELF (the plan read every file's magic); without it, every file
-    is opened to look (4,605 opens: 0.1 s on the real wheel, measured).
+    is opened to read its magic.
     """
     present = set(files)
     problems = []

@@ -1,11 +1,10 @@
 """rattler-build's assembler, run by the build and its worker processes, and the info
 additions it cannot write.
 
-`assemble_package` holds the GIL for its whole run (measured: a ticking thread advanced 2
-times in 3.2 s), and about half of its time is single-threaded file copying, hashing and
-writing; so packages are assembled in parallel processes (splitter.targets.workers: the
-largest by a worker, the rest by the build meanwhile), each followed by its info additions
-and its repodata record.
+`assemble_package` holds the GIL for its whole run, so threads cannot overlap it, and much
+of its time is single-threaded file copying, hashing and writing; so packages are assembled
+in parallel processes (splitter.targets.workers: the largest by a worker, the rest by the
+build meanwhile), each followed by its info additions and its repodata record.
 """
 
 from __future__ import annotations
@@ -113,19 +112,16 @@ def assemble(job: AssembleJob) -> Assembled:
 
 
 @contextlib.contextmanager
-def assemble_workers(jobs: int, started: Workers | None = None) -> Iterator[Workers]:
-    """The `jobs - 1` worker processes that assemble beside the build, or `started`: the same,
-    started by the caller before the plan was computed, so that their start-up (0.4 s: the
-    interpreter and its imports) was over when the packages were staged. Killed if the build
-    fails (before its scratch goes); else closed, unless the caller started them."""
-    pool = started if started is not None else Workers(jobs - 1, warm=WARM)
+def assemble_workers(jobs: int) -> Iterator[Workers]:
+    """The `jobs - 1` worker processes that assemble beside the build: killed if the build
+    fails, else closed."""
+    pool = Workers(jobs - 1, warm=WARM)
     try:
         yield pool
     except BaseException:
         pool.kill()
         raise
-    if started is None:
-        pool.close()
+    pool.close()
 
 
 @contextlib.contextmanager
@@ -146,8 +142,8 @@ def _tmpdir(directory: str) -> Iterator[None]:
 def channel_record(package: Path, scratch: Path) -> dict[str, object]:
     """The package's repodata.json record, made as rattler's index_fs makes it (its
     PackageRecord.from_index_json with the file's size and hashes, plus info/run_exports.json)
-    but without its cost: index_fs reads a .conda a byte at a time (0.23 s for the 9 MB
-    export package, measured; this takes 0.03 s). `indexed_timestamp` is the package's own
+    but without its cost: index_fs reads a .conda a byte at a time; this hashes it in 1 MiB
+    blocks and unpacks only the info archive. `indexed_timestamp` is the package's own
     timestamp, not the wall clock, so the channel is reproducible."""
     from rattler import PackageRecord, RunExportsJson
 
@@ -179,9 +175,9 @@ def channel_record(package: Path, scratch: Path) -> dict[str, object]:
 
 def release_freed_memory() -> None:
     """Hand freed heap back to the system: glibc keeps it (in the build: read_wheel's chunks,
-    its helper thread's arena, staged ELF reads, 22 MB of 85 MB; in a worker: the
-    assembler's compression buffers), and a process that then waits or idles would hold it
-    through the build's peak (measured)."""
+    its helper thread's arena, staged ELF reads; in a worker: the assembler's compression
+    buffers), and a process that then waits or idles would hold it through the build's
+    peak."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).malloc_trim(0)  # glibc only; elsewhere there is nothing to call
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
-import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,6 +19,8 @@ from splitter.errors import ExternalToolError, SplitterError
 from splitter.layout import Layout, default_sitedir
 from splitter.model import CondaBackend, PackagePlan, Plan, Rpath
 from splitter.output import atomic_output
+from splitter.payload import Payload
+from splitter.report import exclusivity_record
 from splitter.scratch import scratch_dir
 from splitter.targets.assemble import (
     PLACEHOLDER,
@@ -31,18 +35,16 @@ from splitter.targets.assemble import (
 from splitter.targets.condameta import (
     build_string,
     conda_depends,
-    exclusivity_sidecar,
     run_exports,
 )
 from splitter.targets.recipes import write_recipes
 from splitter.targets.stage import Progress, Staged, stage
 from splitter.targets.workers import WorkerDied, Workers, die_with_parent
-from splitter.wheel import read_verified
 
 SIDECAR = "info/splitter-process-exclusive.json"
 DEFAULT_LEVEL = 9
-# Default packaging processes, the build's own included (measured on 1.5.1, 6 alternating
-# runs: 1 is ~0.6 s slower and ~28 MB leaner, 152 against 180 MB summed, 4.2 against 3.6 s).
+# Default packaging processes, the build's own included: a second process packs the largest
+# package beside the others; one process alone is slower and leaner (docs/performance.md).
 WORKERS = 2
 
 
@@ -53,6 +55,37 @@ def conda_layout(plan: Plan) -> Layout:
     )
 
 
+Build = Callable[[Plan, Path, "Progress | None"], list[Path]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CondaOptions:
+    """How `--target conda` packages (the CLI's options, checked there)."""
+
+    compression_level: int = DEFAULT_LEVEL
+    threads: int = 2  # zstd threads of the largest package
+    backend: CondaBackend = CondaBackend.ASSEMBLE
+    guard: bool = False
+    jobs: int = WORKERS  # packaging processes, the build's own included
+
+
+@contextlib.contextmanager
+def conda_builder(options: CondaOptions) -> Iterator[Build]:
+    """Start a conda build: its worker processes start now, so that their start-up (an
+    interpreter and rattler-build's import) overlaps whatever the caller does before it has
+    a plan; yields `build(plan, out, progress)`, which writes OUT (see build_conda)."""
+    backend = options.backend
+    if backend == CondaBackend.CONDA_BUILD and shutil.which("conda-build") is None:
+        raise SplitterError(
+            "--backend conda-build needs a conda-build executable on PATH (none found): "
+            "install conda-build, or use --backend assemble or rattler-build"
+        )
+    level, jobs = options.compression_level, options.jobs
+    assert jobs >= 1 and 1 <= level <= 22, (jobs, level)  # the CLI checks both
+    with assemble_workers(jobs if backend == CondaBackend.ASSEMBLE else 1) as workers:
+        yield functools.partial(_build, options=options, workers=workers)
+
+
 def build_conda(
     plan: Plan,
     out: Path,
@@ -61,76 +94,73 @@ def build_conda(
     progress: Progress | None = None,
     backend: CondaBackend = CondaBackend.ASSEMBLE,
     guard: bool = False,
-    unpacked: Path | None = None,
     jobs: int = WORKERS,
-    pool: Workers | None = None,
 ) -> list[Path]:
     """Write OUT/<subdir>/*.conda, the channel's repodata, and the rebuild recipes; atomic.
 
     `assemble` (default) packages the staged trees with rattler-build's assembler and is
     byte-reproducible; `rattler-build` and `conda-build` build the generated recipes instead,
-    from the local wheel, as a packager's own infrastructure would. `unpacked` is the verified
-    tree make_plan wrote into a scratch directory (scratch_dir); staging moves files out of it
-    and works beside it. `jobs` processes (the build and jobs - 1 workers) assemble the
-    packages and read their repodata records; `pool` is the workers' assemble_workers(jobs),
-    when the caller started them early (else the build starts them).
+    from the local wheel, as a packager's own infrastructure would. `jobs` processes (the
+    build and jobs - 1 workers) assemble the packages and read their repodata records.
     """
-    if backend == CondaBackend.CONDA_BUILD and shutil.which("conda-build") is None:
-        raise SplitterError(
-            "--backend conda-build needs a conda-build executable on PATH (none found): "
-            "install conda-build, or use --backend assemble or rattler-build"
-        )
-    assert jobs >= 1 and 1 <= compression_level <= 22, (jobs, compression_level)  # CLI checks
+    options = CondaOptions(
+        compression_level=compression_level,
+        threads=threads,
+        backend=backend,
+        guard=guard,
+        jobs=jobs,
+    )
+    with conda_builder(options) as build:
+        return build(plan, out, progress)
+
+
+def _build(
+    plan: Plan, out: Path, progress: Progress | None, *, options: CondaOptions, workers: Workers
+) -> list[Path]:
     subdir = plan.platform.conda_subdir
     layout = conda_layout(plan)
     builds = {p.name: build_string(plan, p) for p in plan.packages}
     need = sum(p.bytes for p in plan.packages)
-    if backend != CondaBackend.ASSEMBLE:
-        jobs = 1
-    with (
-        atomic_output(out) as build,
-        _scratch(need, unpacked) as work,
-        assemble_workers(jobs, pool) as workers,
-    ):
-        workers.shrink(min(jobs, len(plan.packages)) - 1)
-        staged = stage(
-            plan,
-            layout,
-            lambda name: work / "stage" / name,
-            Rpath.RELATIVE,
-            progress,
-            guard,
-            unpacked,
-        )
-        write_recipes(plan, staged, build / "recipes", builds)
-        release_freed_memory()
-        (build / subdir).mkdir()
-        records = None
-        if backend == CondaBackend.ASSEMBLE:
-            records = assemble_all(
+    backend = options.backend
+    with atomic_output(out) as build, scratch_dir(need) as work:
+        try:
+            workers.shrink(min(options.jobs, len(plan.packages)) - 1)
+            staged = stage(
                 plan,
-                staged,
-                build / subdir,
-                builds,
-                work,
-                compression_level,
-                threads,
-                workers,
+                layout,
+                work.joinpath("stage").joinpath,
+                Rpath.RELATIVE,
                 progress,
+                options.guard,
             )
-        else:
-            # The same recipes, rendered with the local wheel as their source: built offline.
-            local = work / "local-recipes"
-            write_recipes(plan, staged, local, builds, url=plan.wheel.path.as_uri())
-            build_recipe(local / backend, backend, build / subdir, work, compression_level)
-        index_channel(build, subdir, records)
+            write_recipes(plan, staged, build / "recipes", builds)
+            release_freed_memory()
+            (build / subdir).mkdir()
+            records = None
+            if backend == CondaBackend.ASSEMBLE:
+                records = assemble_all(
+                    plan,
+                    staged,
+                    build / subdir,
+                    builds,
+                    work,
+                    options.compression_level,
+                    options.threads,
+                    workers,
+                    progress,
+                )
+            else:
+                # The same recipes, rendered with the local wheel as their source: offline.
+                local = work / "local-recipes"
+                write_recipes(plan, staged, local, builds, url=plan.wheel.path.as_uri())
+                level = options.compression_level
+                build_recipe(local / backend, backend, build / subdir, work, level)
+            index_channel(build, subdir, records)
+        except BaseException:
+            workers.kill()  # before the scratch they write into goes
+            raise
         written = sorted(str(p.relative_to(build)) for p in build.rglob("*") if p.is_file())
     return [out / name for name in written]
-
-
-def _scratch(need: int, unpacked: Path | None) -> contextlib.AbstractContextManager[Path]:
-    """The scratch directory holding `unpacked`, else a new one."""
-    return contextlib.nullcontext(unpacked.parent) if unpacked else scratch_dir(need)
 
 
 def assemble_all(
@@ -211,7 +241,7 @@ def info_additions(
     plan: Plan, package: PackagePlan, layout: Layout, compression_level: int
 ) -> InfoAdditions:
     """The info/ files and about.json keys the assembler cannot write for `package`."""
-    sidecar = exclusivity_sidecar(plan, package)
+    sidecar = exclusivity_record(plan, package)
     extra_files = {SIDECAR: json_bytes(sidecar)}
     exports = run_exports(package)
     if exports:
@@ -282,11 +312,10 @@ def build_recipe(
 def _extract_licenses(plan: Plan, directory: Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
-    entries = {e.path: e for e in plan.wheel.entries}
-    with zipfile.ZipFile(plan.wheel.path) as archive:
+    with Payload(plan.wheel) as payload:
         for name in plan.wheel.license_files:
             target = directory / name.rsplit("/", 1)[-1]
-            read_verified(archive, entries[name], str(target))
+            payload.copy(name, str(target))
             paths.append(target)
     return paths
 

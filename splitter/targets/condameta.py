@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 
 from splitter.model import PackagePlan, Plan
-from splitter.report import verdict_json
 
 
 def build_string(plan: Plan, package: PackagePlan) -> str:
@@ -46,17 +45,3 @@ def run_exports(package: PackagePlan) -> dict[str, list[str]]:
     if not package.sonames or package.python:
         return {}
     return {"weak": [pin_compatible(package.name, package.version)]}
-
-
-def exclusivity_sidecar(plan: Plan, package: PackagePlan) -> dict[str, object]:
-    """The versioned process-exclusivity record of one package."""
-    return {
-        "schema": "splitter.process-exclusive/1",
-        "package": package.name,
-        "input": {"filename": plan.wheel.filename, "sha256": plan.wheel.sha256},
-        "pairs": [
-            verdict_json(v)
-            for v in plan.exclusive
-            if package.name in (v.first_package, v.second_package)
-        ],
-    }

@@ -28,7 +28,7 @@ def generated_files(
 ) -> list[tuple[str, str, bool]]:
     """CMake config, pkg-config and console scripts for one package: (path, text, executable)."""
     out: list[tuple[str, str, bool]] = []
-    libraries = library_names(plan)
+    libraries = dict(plan.component_libraries)
     providers = {
         c: p.name for p in plan.packages for c in p.cmake_components if c != RUNTIME_COMPONENT
     }
@@ -136,12 +136,6 @@ def exclusive_pairs(plan: Plan, library: str) -> list[tuple[str, bool, str, str]
         data = json.dumps(verdict_json(verdict), sort_keys=True, separators=(",", ":"))
         pairs.append((other, verdict.in_effect, operator, data))
     return pairs
-
-
-def library_names(plan: Plan) -> dict[str, str]:
-    """CMake component -> library file name, from the recipe and the shipped files."""
-    shipped = {p.rsplit("/", 1)[-1] for p in plan.owners if p.startswith("executorch/lib/")}
-    return {c.name: c.library for c in plan.recipe.components if c.library in shipped}
 
 
 def _link_name(library: str) -> str:

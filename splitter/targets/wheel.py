@@ -29,12 +29,14 @@ from splitter.cmake import (
 )
 from splitter.cmakeconfig import render_config
 from splitter.guard import guard_files
+from splitter.layout import UPSTREAM_CMAKE
 from splitter.model import PackagePlan, Plan
 from splitter.output import atomic_output
-from splitter.targets.condameta import exclusivity_sidecar
-from splitter.targets.generated import exclusive_pairs, library_names
+from splitter.payload import Payload
+from splitter.report import exclusivity_record
+from splitter.targets.generated import exclusive_pairs
 from splitter.targets.stage import Progress
-from splitter.wheel import read_verified, record_hash
+from splitter.wheel import record_hash
 
 # Upstream installs its config in both places; the core finds the package root relative to it.
 CMAKE_DIRS = {
@@ -45,7 +47,6 @@ CMAKE_DIRS = {
         to_libdir="../..", to_includedir="../../../include", libdir_from_bindir="../lib"
     ),
 }
-UPSTREAM_CMAKE = ("executorch/share/cmake/", "executorch/lib/cmake/")
 SIDECAR = "splitter-process-exclusive.json"
 FIELD_NAMES = {
     "metadata-version": "Metadata-Version",
@@ -62,11 +63,11 @@ def build_wheels(
     """Write OUT/<name>-<version>-<tag>.whl for each package; atomic and reproducible."""
     written = []
     guarded = guard_files(plan) if guard else ({}, {})
-    with atomic_output(out) as build, zipfile.ZipFile(plan.wheel.path) as source:
+    with atomic_output(out) as build, Payload(plan.wheel) as source:
         for index, package in enumerate(plan.packages, start=1):
             if progress is not None:
                 progress(f"wheel {package.name}", index, len(plan.packages))
-            files = payload(plan, package, source, guarded)
+            files = package_files(plan, package, source, guarded)
             path = write_wheel(plan, package, files, source, build)
             written.append(out / path.name)
     return written
@@ -82,10 +83,10 @@ def dist_name(package: PackagePlan) -> str:
     return canonicalize_name(package.name).replace("-", "_")
 
 
-def payload(
+def package_files(
     plan: Plan,
     package: PackagePlan,
-    source: zipfile.ZipFile,
+    source: Payload,
     guard: tuple[dict[str, bytes], dict[str, bytes]] = ({}, {}),
 ) -> dict[str, tuple[bytes, bool]]:
     """Archive path -> (bytes, executable) for the package's files, generated config included."""
@@ -96,11 +97,11 @@ def payload(
         if path.startswith(UPSTREAM_CMAKE) or path.startswith(f"{plan.wheel.dist_info}/"):
             continue
         executable = entries[path].executable or plan.binary(path) is not None
-        files[path] = (replaced.get(path) or read_verified(source, entries[path]), executable)
+        files[path] = (replaced.get(path) or source.read(path), executable)
     for path, data in added.items():
         if path.rsplit("/", 1)[0] + "/__init__.py" in files:
             files[path] = (data, False)
-    libraries = library_names(plan)
+    libraries = dict(plan.component_libraries)
     providers = {
         c: p.name for p in plan.packages for c in p.cmake_components if c != RUNTIME_COMPONENT
     }
@@ -183,21 +184,20 @@ def write_wheel(
     plan: Plan,
     package: PackagePlan,
     files: dict[str, tuple[bytes, bool]],
-    source: zipfile.ZipFile,
+    source: Payload,
     directory: Path,
 ) -> Path:
     """A reproducible wheel: sorted entries, fixed timestamps and modes, RECORD last."""
     tag = wheel_tag(plan, package)
     name = dist_name(package)
     dist_info = f"{name}-{package.version}.dist-info"
-    entries = {e.path: e for e in plan.wheel.entries}
     licenses = {
-        f"{dist_info}/licenses/{p.rsplit('/', 1)[-1]}": (read_verified(source, entries[p]), False)
+        f"{dist_info}/licenses/{p.rsplit('/', 1)[-1]}": (source.read(p), False)
         for p in plan.wheel.license_files
     }
     top_level = f"{plan.wheel.dist_info}/top_level.txt"
     if package.python and top_level in plan.owners:
-        licenses[f"{dist_info}/top_level.txt"] = (read_verified(source, entries[top_level]), False)
+        licenses[f"{dist_info}/top_level.txt"] = (source.read(top_level), False)
     meta = {
         **licenses,
         f"{dist_info}/METADATA": (metadata(plan, package), False),
@@ -208,7 +208,7 @@ def write_wheel(
         ),
         f"{dist_info}/{SIDECAR}": (
             (
-                json.dumps(exclusivity_sidecar(plan, package), indent=2, sort_keys=True) + "\n"
+                json.dumps(exclusivity_record(plan, package), indent=2, sort_keys=True) + "\n"
             ).encode(),
             False,
         ),

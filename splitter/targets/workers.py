@@ -1,10 +1,10 @@
 """The conda build's worker processes: plain interpreters fed pickled calls over a pipe.
 
-Not multiprocessing: its spawn start re-runs the build's main script in every worker (the
-console script imported the whole CLI, 0.45 s of CPU per worker) and starts a resource
-tracker process (7.5 MB of the build's 208 MB peak); both measured. A worker here runs
-`serve`, which reads (function, argument) pairs pickled on stdin and writes each result
-pickled on stdout; its stderr is the build's.
+Not multiprocessing: its spawn start re-runs the build's main script in every worker (for
+the console script, an import of the whole CLI that competes with the build for the cores)
+and starts a resource tracker process, one more process resident through the build's memory
+peak. A worker here runs `serve`, which reads (function, argument) pairs pickled on stdin and
+writes each result pickled on stdout; its stderr is the build's.
 """
 
 from __future__ import annotations
@@ -146,8 +146,8 @@ def serve(build: int, warm: list[str]) -> None:
     """A worker's loop: die with the build, then answer calls until stdin closes.
 
     The death signal is armed here, after the interpreter started; a build killed before
-    that has already left this worker an orphan (seen in CI: two workers outlived a build
-    killed while they started), so an orphan exits at once."""
+    that has already left this worker an orphan, which PR_SET_PDEATHSIG never signals, so an
+    orphan exits at once."""
     die_with_parent()
     if os.getppid() != build:
         os._exit(1)
@@ -169,8 +169,8 @@ def serve(build: int, warm: list[str]) -> None:
             _send(answers, answer)
         except (pickle.PicklingError, TypeError, AttributeError):
             _send(answers, (True, RuntimeError(traceback.format_exc())))
-    # The build waits for its workers to exit: skip the interpreter's teardown (0.1 s of
-    # freeing modules, measured), with every answer sent and nothing left to flush.
+    # The build waits for its workers to exit: skip the interpreter's teardown (freeing every
+    # module only to exit), with every answer sent and nothing left to flush.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

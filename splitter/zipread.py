@@ -1,0 +1,176 @@
+"""Read one zip member safely: its sha256, its size and, when asked, its bytes or a copy on
+disk. The one member reader behind both the plan's verification of a wheel (splitter.wheel)
+and the targets' verified re-reads (splitter.payload); each compares the result with what it
+trusts (RECORD, or the plan's digests) itself.
+
+Small members are read whole with pread on a descriptor of the caller's and inflated in one
+call, with zipfile's own checks (the local header's signature and name, the CRC, the size):
+zipfile's stream objects cost more per member than inflating a small one. Large members stream
+through zipfile in chunks, so memory does not grow with the largest file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import struct
+import zipfile
+import zlib
+from collections.abc import Callable, Iterator
+from typing import BinaryIO, NamedTuple
+
+from splitter.errors import InvalidWheel, OutputError
+
+CHUNK = 1 << 20
+BIG = 64 << 10  # members from this size stream in chunks (and, in read_wheel, in a helper thread)
+LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")  # a zip member's local file header
+LOCAL_SIGNATURE = b"PK\x03\x04"
+# Flag bits a member read whole must not carry: encryption, compressed patched data (bit 5)
+# and strong encryption (bit 6), which zipfile refuses too.
+UNREADABLE_FLAGS = 0x1 | 0x20 | 0x40
+
+Wants = Callable[[str, bytes], bool]  # (name, first chunk) -> keep the member's bytes?
+
+
+class MemberRead(NamedTuple):
+    """What reading one member gave: its sha256 digest, its size, and its bytes if kept."""
+
+    digest: bytes
+    size: int
+    data: bytes | None
+
+
+def read_member(
+    archive: zipfile.ZipFile,
+    descriptor: int,
+    info: zipfile.ZipInfo,
+    wants: Wants | None = None,
+    target: str | None = None,
+) -> MemberRead:
+    """Read `info` from `archive` (`descriptor`: the same file, opened by the caller for
+    pread); keep its bytes when `wants(name, first chunk)` says so, and with `target` also
+    write them there. A corrupt member is an InvalidWheel naming it; a failed write an
+    OutputError naming the file."""
+    try:
+        if _whole(info):
+            data = _inflate_small(descriptor, info)
+            if target is not None:
+                _write_whole(target, data)
+            kept = data if wants is not None and wants(info.filename, data) else None
+            return MemberRead(hashlib.sha256(data).digest(), len(data), kept)
+        return _stream_member(archive, info, wants, target)
+    except (zipfile.BadZipFile, zlib.error, EOFError, UnicodeDecodeError) as exc:
+        raise InvalidWheel(f"corrupt entry in the wheel ({exc}): {info.filename}") from exc
+
+
+def _stream_member(
+    archive: zipfile.ZipFile, info: zipfile.ZipInfo, wants: Wants | None, target: str | None
+) -> MemberRead:
+    digest = hashlib.sha256()
+    size = 0
+    kept: list[bytes] | None = None
+    with archive.open(info) as stream, _sink(target) as sink:
+        while chunk := stream.read(CHUNK):
+            if size == 0 and wants is not None and wants(info.filename, chunk):
+                kept = []
+            digest.update(chunk)
+            size += len(chunk)
+            if kept is not None:
+                kept.append(chunk)
+            if size > info.file_size:
+                raise InvalidWheel(f"entry inflates past its declared size: {info.filename}")
+            if sink is not None:
+                sink.write(chunk)
+    if size == 0 and wants is not None and wants(info.filename, b""):
+        kept = []
+    return MemberRead(digest.digest(), size, None if kept is None else b"".join(kept))
+
+
+def _whole(info: zipfile.ZipInfo) -> bool:
+    """Whether `info` may be read in one pread: stored or deflated, no flag zipfile would
+    refuse, and small compressed (a central directory can claim any compressed size; this
+    bounds what one read allocates)."""
+    return (
+        info.compress_type in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
+        and not info.flag_bits & UNREADABLE_FLAGS
+        and info.compress_size <= BIG + 1024
+        and info.file_size < BIG
+    )
+
+
+def _inflate_small(descriptor: int, info: zipfile.ZipInfo) -> bytes:
+    header = os.pread(descriptor, LOCAL_HEADER.size, info.header_offset)
+    if len(header) != LOCAL_HEADER.size:
+        raise zipfile.BadZipFile("Truncated file header")
+    fields = LOCAL_HEADER.unpack(header)
+    if fields[0] != LOCAL_SIGNATURE:
+        raise zipfile.BadZipFile("Bad magic number for file header")
+    name_size, extra_size = fields[10], fields[11]
+    start = info.header_offset + LOCAL_HEADER.size
+    raw = os.pread(descriptor, name_size + extra_size + info.compress_size, start)
+    name = raw[:name_size].decode("utf-8" if fields[3] & 0x800 else "cp437")
+    if name != info.orig_filename:
+        raise zipfile.BadZipFile(
+            f"File name in directory {info.orig_filename!r} and header {name!r} differ."
+        )
+    compressed = raw[name_size + extra_size :]
+    if len(compressed) != info.compress_size:
+        raise EOFError("member data ends before its compressed size")
+    data = compressed
+    if info.compress_type == zipfile.ZIP_DEFLATED:
+        inflater = zlib.decompressobj(-15)
+        data = inflater.decompress(compressed, info.file_size + 1)
+        if len(data) > info.file_size:
+            raise InvalidWheel(f"entry inflates past its declared size: {info.filename}")
+        if not inflater.eof:
+            raise EOFError("compressed data ended before the end-of-stream marker was reached")
+    if zlib.crc32(data) != info.CRC:
+        raise zipfile.BadZipFile(f"Bad CRC-32 for file {info.filename!r}")
+    return data
+
+
+def _write_whole(target: str, data: bytes) -> None:
+    try:
+        descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(descriptor, view) :]
+        finally:
+            os.close(descriptor)
+    except OSError as exc:
+        raise write_error(exc, target) from exc
+
+
+@contextlib.contextmanager
+def _sink(target: str | None) -> Iterator[_Checked | None]:
+    """The file one member is written to; failing to write it (a full disk) is an
+    OutputError naming the file, not a broken wheel."""
+    if target is None:
+        yield None
+        return
+    try:
+        handle = open(target, "wb", buffering=0)  # noqa: SIM115 - unbuffered: close cannot fail
+    except OSError as exc:
+        raise write_error(exc, target) from exc
+    with handle:
+        yield _Checked(handle, target)
+
+
+class _Checked:
+    """A file whose write errors carry their path out of the callers' OSError handling."""
+
+    def __init__(self, handle: BinaryIO, target: str) -> None:
+        self._handle, self._target = handle, target
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self._handle.write(data)
+        except OSError as exc:
+            raise write_error(exc, self._target) from exc
+
+
+def write_error(exc: OSError, target: str) -> OutputError:
+    """The error for a file splitter could not write."""
+    return OutputError(f"cannot write ({exc.strerror or exc}): {target}; free space there")
