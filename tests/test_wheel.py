@@ -222,3 +222,20 @@ def test_python_side_pip_check_and_uninstall(wheels: dict[str, Path]) -> None:
         remaining = set(site_files(python))
         assert not owned & remaining, name
         assert remaining == present - owned, name
+
+
+def test_description_names_the_recipes_externals(real_plan: Plan) -> None:
+    """The export wheel's description names the external requirement the recipe adds (what
+    executorch's own Requires-Dist omits), taken from the recipe's [externals], not a version
+    written into the code; packages without externals say nothing of it."""
+    from dataclasses import replace
+
+    from splitter.targets.wheel import description
+
+    export = real_plan.package("executorch-export")
+    (torch,) = export.externals
+    assert torch.pip in description(real_plan, export)
+    moved = replace(export, externals=(replace(torch, pip="torch>=9.1,<9.2"),))
+    text = description(real_plan, moved)
+    assert "torch>=9.1,<9.2" in text and "2.13" not in text
+    assert "[externals]" not in description(real_plan, real_plan.package("executorch-runtime"))
