@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -222,7 +223,8 @@ class Plan:
     wheel: WheelInfo
     recipe: Recipe
     packages: tuple[PackagePlan, ...]
-    owners: dict[str, tuple[str, int]] = field(hash=False)  # path -> (package, rule index)
+    # path -> (package, rule index); read-only (a MappingProxyType over make_plan's dict)
+    owners: Mapping[str, tuple[str, int]] = field(hash=False)
     binaries: tuple[BinaryInfo, ...]
     exclusive: tuple[Verdict, ...]
     build_version: str  # the full version the wheel says it was built as, e.g. 1.5.1+cpu

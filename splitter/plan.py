@@ -8,6 +8,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
+from types import MappingProxyType
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -110,7 +111,7 @@ def make_plan(wheel_path: Path, recipe: Recipe, progress: Progress | None = None
         wheel=wheel,
         recipe=recipe,
         packages=tuple(packages),
-        owners=owners,
+        owners=MappingProxyType(owners),
         binaries=tuple(sorted(binaries, key=lambda b: b.path)),
         exclusive=verdicts,
         build_version=build_version[0] if build_version else wheel.version,

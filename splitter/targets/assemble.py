@@ -19,7 +19,7 @@ import shutil
 import tarfile
 import zipfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -37,8 +37,8 @@ class InfoAdditions:
     keys merged into about.json, entry points that carry the prefix placeholder, and how the
     rewritten info archive is compressed and stamped."""
 
-    extra_files: dict[str, bytes]
-    about_update: dict[str, object]
+    extra_files: tuple[tuple[str, bytes], ...]  # (path in info/, bytes), sorted
+    about_update: str  # a JSON object whose keys replace about.json's
     text_prefix_paths: frozenset[str]
     level: int
     mtime: int
@@ -73,7 +73,7 @@ class Assembled:
     (as text: exceptions do not cross processes intact)."""
 
     path: str = ""
-    record: dict[str, object] = field(default_factory=dict)
+    record: str = ""  # the repodata record as JSON text
     error: str = ""
 
 
@@ -108,7 +108,8 @@ def assemble(job: AssembleJob) -> Assembled:
     release_freed_memory()  # the assembler's compression buffers, before the next job
     package = Path(output.path)
     rewrite_info(package, job.additions)
-    return Assembled(path=str(package), record=channel_record(package, Path(job.tmpdir)))
+    record = channel_record(package, Path(job.tmpdir))
+    return Assembled(path=str(package), record=json.dumps(record))
 
 
 @contextlib.contextmanager
@@ -223,7 +224,7 @@ def _new_info(data: bytes, additions: InfoAdditions) -> bytes:
 
     files = _info_files(data)
     about = json.loads(files["info/about.json"])
-    about.update(additions.about_update)
+    about.update(json.loads(additions.about_update))
     files["info/about.json"] = json_bytes(about)
     paths = json.loads(files["info/paths.json"])
     for entry in paths["paths"]:
@@ -231,7 +232,7 @@ def _new_info(data: bytes, additions: InfoAdditions) -> bytes:
             entry["prefix_placeholder"] = PLACEHOLDER
             entry["file_mode"] = "text"
     files["info/paths.json"] = json_bytes(paths)
-    files.update(additions.extra_files)
+    files.update(dict(additions.extra_files))
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:", format=tarfile.PAX_FORMAT) as tar:
         for name in sorted(files):

@@ -217,7 +217,7 @@ def assemble_all(
         for done, (index, result) in enumerate(pool.run(assemble, jobs, local=True), start=1):
             package = packages[index]
             _check_assembled(package.name, result)
-            records[Path(result.path).name] = result.record
+            records[Path(result.path).name] = json.loads(result.record)
             if progress is not None:
                 progress(f"assembled {package.name}", done, len(plan.packages))
     except WorkerDied as exc:
@@ -256,8 +256,8 @@ def info_additions(
         }
     }
     return InfoAdditions(
-        extra_files=extra_files,
-        about_update=about,
+        extra_files=tuple(sorted(extra_files.items())),
+        about_update=json.dumps(about),
         text_prefix_paths=scripts,
         level=min(compression_level, 19),
         mtime=plan.wheel.timestamp,

@@ -8,10 +8,11 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from splitter.binaries.relocate import compute_runpath, external_dirs, set_runpath
 from splitter.binaries.resolve import check_resolved
@@ -41,8 +42,8 @@ class Staged:
     """What stage() wrote: per package, its files (sorted by path)."""
 
     layout: Layout
-    packages: dict[str, tuple[StagedFile, ...]]
-    runpaths: dict[str, tuple[str, ...]]  # installed path of each shipped ELF -> its RUNPATH
+    packages: Mapping[str, tuple[StagedFile, ...]]  # read-only, as are the mappings below
+    runpaths: Mapping[str, tuple[str, ...]]  # installed path of each shipped ELF -> its RUNPATH
 
 
 def stage(
@@ -121,10 +122,10 @@ def stage(
             os.utime(item.real, (plan.wheel.timestamp, plan.wheel.timestamp))
     return Staged(
         layout=layout,
-        packages={
-            name: tuple(sorted(files, key=lambda f: f.path)) for name, files in staged.items()
-        },
-        runpaths=runpaths,
+        packages=MappingProxyType(
+            {name: tuple(sorted(files, key=lambda f: f.path)) for name, files in staged.items()}
+        ),
+        runpaths=MappingProxyType(runpaths),
     )
 
 
