@@ -14,14 +14,27 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from splitter.console import compute_plan, out, progress_bar, show_plan, show_why
+from splitter.console import (
+    compute_input,
+    out,
+    progress_bar,
+    show_plan,
+    show_release,
+    show_why,
+)
 from splitter.errors import SplitterError
-from splitter.layout import make_layout
 from splitter.model import CondaBackend, Rpath
-from splitter.report import plan_json
-from splitter.targets.conda import DEFAULT_LEVEL, WORKERS, Build, CondaOptions, conda_builder
-from splitter.targets.tree import build_tree
-from splitter.targets.wheel import build_wheels
+from splitter.release import Release
+from splitter.report import plan_json, release_json
+from splitter.targets.conda import (
+    DEFAULT_LEVEL,
+    WORKERS,
+    CondaBuilder,
+    CondaOptions,
+    conda_builder,
+)
+from splitter.targets.tree import TreeBuilder
+from splitter.targets.wheel import WheelBuilder
 
 app = typer.Typer(
     add_completion=False,
@@ -31,9 +44,21 @@ app = typer.Typer(
 )
 
 WheelArg = Annotated[
-    str | None,
+    list[str] | None,
     typer.Argument(
-        help="A .whl path or a requirement (executorch==1.5.1); default: the recipe's pin."
+        help="Wheel paths or a requirement (executorch==1.5.1); default: the recipe's pin. "
+        "Several wheels (or --python/--platform) make a release."
+    ),
+]
+PythonOpt = Annotated[
+    str | None,
+    typer.Option("--python", help="Fetch the requirement for these CPythons: 3.10,3.12 or all."),
+]
+PlatformOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--platform",
+        help="Fetch the requirement for these platforms: linux-64,linux-aarch64 or all.",
     ),
 ]
 RecipeOpt = Annotated[
@@ -76,11 +101,24 @@ def plan(
     why: Annotated[
         str | None, typer.Option("--why", help="Show which rule owns this wheel path.")
     ] = None,
+    python: PythonOpt = None,
+    platform: PlatformOpt = None,
     quiet: QuietOpt = False,
     traceback: TracebackOpt = False,
 ) -> None:
-    """Show how the wheel is split: packages, dependencies, CMake components, exclusivity."""
-    result = compute_plan(wheel, recipe, show_progress(ctx, quiet, as_json))
+    """Show how the wheel (or a release) is split: packages, dependencies, CMake components,
+    exclusivity; for a release, which wheel each package of each platform comes from."""
+    result = compute_input(
+        wheel or [], recipe, show_progress(ctx, quiet, as_json), python, platform
+    )
+    if isinstance(result, Release):
+        if why is not None:
+            raise SplitterError("--why takes one wheel: give the wheel whose file you ask about")
+        if as_json:
+            sys.stdout.write(json.dumps(release_json(result), indent=2) + "\n")
+        else:
+            show_release(result)
+        return
     if why is not None:
         show_why(result, why, as_json)
         return
@@ -148,35 +186,34 @@ def build(
         bool, typer.Option("--guard", help="Add an import guard to the export package.")
     ] = False,
     as_json: JsonOpt = False,
+    python: PythonOpt = None,
+    platform: PlatformOpt = None,
     quiet: QuietOpt = False,
     traceback: TracebackOpt = False,
 ) -> None:
-    """Build the packages of the plan for one target."""
+    """Build the packages of the plan (or of a release) for one target."""
     progress = show_progress(ctx, quiet, as_json)
     out_dir = output or Path("dist") / target.value
-    builder: contextlib.AbstractContextManager[Build]
+    builder: contextlib.AbstractContextManager[CondaBuilder | WheelBuilder | TreeBuilder]
     if target is Target.conda:
         options = CondaOptions(
             compression_level=compression_level, backend=backend, guard=guard, jobs=jobs
         )
         builder = conda_builder(options)  # its workers start while the plan is made
     elif target is Target.wheel:
-        builder = contextlib.nullcontext(
-            lambda plan, out, report: build_wheels(plan, out, report, guard)
-        )
+        builder = contextlib.nullcontext(WheelBuilder(guard=guard))
     else:
-        builder = contextlib.nullcontext(
-            lambda plan, out, report: build_tree(
-                plan,
-                out,
-                make_layout(plan.wheel, prefix, libdir, includedir, sitedir),
-                rpath,
-                report,
-                guard,
-            )
+        tree = TreeBuilder(
+            prefix=prefix,
+            libdir=libdir,
+            includedir=includedir,
+            sitedir=sitedir,
+            rpath=rpath,
+            guard=guard,
         )
-    with builder as run_build:
-        result = compute_plan(wheel, recipe, progress)
+        builder = contextlib.nullcontext(tree)
+    with builder as chosen:
+        result = compute_input(wheel or [], recipe, progress, python, platform)
         with progress_bar(progress) as bar:
             task = bar.add_task(f"building {target.value}", total=None) if bar else None
 
@@ -184,7 +221,10 @@ def build(
                 if bar is not None and task is not None:
                     bar.update(task, completed=done, total=total or None, description=stage)
 
-            written = run_build(result, out_dir, report)
+            if isinstance(result, Release):
+                written = chosen.build_release(result, out_dir, report)
+            else:
+                written = chosen.build(result, out_dir, report)
     if as_json:
         print(
             json.dumps(

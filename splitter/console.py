@@ -13,10 +13,11 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 
 from splitter.errors import SplitterError
-from splitter.fetch import resolve_input
-from splitter.model import Plan
+from splitter.fetch import resolve_input, resolve_inputs
+from splitter.model import Plan, Recipe
 from splitter.plan import make_plan
 from splitter.recipe import load_recipe
+from splitter.release import Release, make_release
 
 out = Console()
 err = Console(stderr=True)
@@ -74,6 +75,64 @@ def compute_plan(wheel: str | None, recipe_path: Path | None, show_progress: boo
                 bar.update(task, completed=done)
 
         return make_plan(path, recipe, report)
+
+
+def compute_input(
+    wheels: list[str],
+    recipe_path: Path | None,
+    show_progress: bool,
+    python: str | None = None,
+    platform: str | None = None,
+) -> Plan | Release:
+    """The plan of one wheel, or, when the WHEEL arguments and --python/--platform name
+    several wheels, the release they form."""
+    if len(wheels) <= 1 and python is None and platform is None:
+        return compute_plan(wheels[0] if wheels else None, recipe_path, show_progress)
+    recipe = load_recipe(recipe_path)
+    with progress_bar(show_progress) as bar:
+        if bar is not None:
+            bar.add_task("resolving the wheels (pip download when not cached)", total=None)
+        paths = resolve_inputs(wheels, recipe, python, platform)
+    if len(paths) == 1:
+        return compute_plan(str(paths[0]), recipe_path, show_progress)
+    return compute_release(paths, recipe, show_progress)
+
+
+def compute_release(paths: list[Path], recipe: Recipe, show_progress: bool) -> Release:
+    """Plan every wheel of a release and check they form one, with a progress bar."""
+    with progress_bar(show_progress) as bar:
+        task = bar.add_task("planning the release", total=len(paths)) if bar else None
+
+        def report(stage: str, done: int, total: int) -> None:
+            if bar is not None and task is not None:
+                bar.update(task, completed=done, description=stage)
+
+        return make_release(paths, recipe, report)
+
+
+def show_release(release: Release) -> None:
+    """One row per package, platform and Python: which wheel it is packaged from."""
+    out.print(
+        f"[bold]{release.project} {release.version}[/]: {len(release.inputs)} wheels, "
+        f"{len(release.groups)} platform(s)"
+    )
+    table = Table("package", "platform", "python", "from")
+    for group in release.groups:
+        for name in group.shared_packages:
+            table.add_row(name, group.subdir, "any", group.source.wheel.filename)
+        for plan in group.plans:
+            for package in plan.packages:
+                if package.name not in group.shared_packages:
+                    python = "{}.{}".format(*plan.platform.python)
+                    table.add_row(package.name, group.subdir, python, plan.wheel.filename)
+    out.print(table)
+    for group in release.groups:
+        out.print(
+            f"{group.subdir}: {', '.join(group.shared_packages)} packaged once, from "
+            f"{group.source.wheel.filename} (the oldest Python); their files are identical in "
+            f"all {len(group.plans)} wheels"
+            + (f", {len(group.stamped)} of them but for the GNU build-id" if group.stamped else "")
+        )
 
 
 def show_why(result: Plan, path: str, as_json: bool) -> None:

@@ -84,3 +84,10 @@ class DoctorError(SplitterError):
     """The prefix, binary or process to diagnose does not exist or cannot be read."""
 
     exit_code = 10
+
+
+class ReleaseError(SplitterError):
+    """The wheels given as one release do not form one: mixed versions, or a file that must
+    be the same in every wheel of a platform differs beyond what a build stamps."""
+
+    exit_code = 11

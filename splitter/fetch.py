@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -26,6 +27,83 @@ def cache_dir() -> Path:
     return Path(root) / "wheels"
 
 
+# What `--python all` and `--platform all` mean: the CPython versions and platforms whose
+# wheels splitter splits (macOS arm64 comes with Mach-O support).
+ALL_PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
+PLATFORMS = {"linux-64": "manylinux_2_28_x86_64", "linux-aarch64": "manylinux_2_28_aarch64"}
+
+
+@dataclass(frozen=True, slots=True)
+class WheelTarget:
+    """One CPython version on one platform (a conda subdir), to fetch a wheel for."""
+
+    python: str  # "3.12"
+    subdir: str  # "linux-64"
+
+    def accepts(self, tag: Tag) -> bool:
+        """Whether a wheel tagged `tag` is this target's: its CPython ABI on a manylinux tag
+        of its machine."""
+        cp = "cp" + self.python.replace(".", "")
+        machine = PLATFORMS[self.subdir].split("_", 3)[-1]
+        return (
+            tag.interpreter == cp
+            and tag.abi == cp
+            and tag.platform.startswith("manylinux")
+            and tag.platform.endswith("_" + machine)
+        )
+
+    def pip_options(self) -> tuple[str, ...]:
+        """pip download's options that select this target's wheel."""
+        cp = "cp" + self.python.replace(".", "")
+        platform = ("--platform", PLATFORMS[self.subdir])
+        return (*platform, "--python-version", self.python, "--implementation", "cp", "--abi", cp)
+
+
+def wheel_targets(pythons: str, platforms: str) -> list[WheelTarget]:
+    """The targets `--python 3.10,3.12|all` and `--platform linux-64,...|all` name."""
+    chosen_pythons = ALL_PYTHONS if pythons == "all" else tuple(pythons.split(","))
+    chosen_platforms = tuple(PLATFORMS) if platforms == "all" else tuple(platforms.split(","))
+    for python in chosen_pythons:
+        if python not in ALL_PYTHONS:
+            raise InvalidWheel(
+                f"--python names a CPython splitter has no wheels for: {python}; "
+                f"use {', '.join(ALL_PYTHONS)} or all"
+            )
+    for platform in chosen_platforms:
+        if platform not in PLATFORMS:
+            raise InvalidWheel(
+                f"--platform names a platform splitter cannot split yet: {platform}; "
+                f"use {', '.join(PLATFORMS)} or all"
+            )
+    return [WheelTarget(p, s) for s in chosen_platforms for p in chosen_pythons]
+
+
+def resolve_inputs(
+    specs: list[str], recipe: Recipe, pythons: str | None, platforms: str | None
+) -> list[Path]:
+    """Local wheels for the WHEEL arguments: paths as they are; a requirement (or none: the
+    recipe's pin) is fetched for this interpreter and machine, or, with --python/--platform,
+    for each CPython and platform they name."""
+    if pythons is None and platforms is None:
+        return (
+            [resolve_input(spec, recipe) for spec in specs]
+            if specs
+            else [resolve_input(None, recipe)]
+        )
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    machine = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}.get(os.uname().machine, "")
+    targets = wheel_targets(pythons or here, platforms or machine)
+    found: list[Path] = []
+    for spec in specs or [f"{recipe.project}=={recipe.default_version}"]:
+        if spec.endswith(".whl") or Path(spec).exists():
+            found.append(resolve_input(spec, recipe))
+            continue
+        requirement = _requirement(spec, recipe)
+        for target in targets:
+            found.append(_cached(requirement, target) or _download(requirement, target))
+    return found
+
+
 def resolve_input(spec: str | None, recipe: Recipe) -> Path:
     """A local .whl path for `spec`; a requirement is downloaded once with pip and cached."""
     if spec is None:
@@ -35,22 +113,26 @@ def resolve_input(spec: str | None, recipe: Recipe) -> Path:
         if not path.is_file():
             raise InvalidWheel(f"wheel not found: {path}")
         return path
-    try:
-        requirement = Requirement(spec)
-    except InvalidRequirement as exc:
-        raise InvalidWheel(
-            f"neither a wheel file nor a requirement ({exc}): {spec}\n"
-            f"pass a .whl path or a requirement such as {recipe.project}=={recipe.default_version}"
-        ) from exc
+    requirement = _requirement(spec, recipe)
     cached = _cached(requirement)
     if cached is not None:
         return cached
     return _download(requirement)
 
 
-def _cached(requirement: Requirement) -> Path | None:
-    """The newest cached wheel meeting `requirement` that this interpreter can install; among
-    equal versions the best-ranked tag (sys_tags order), then the first filename."""
+def _requirement(spec: str, recipe: Recipe) -> Requirement:
+    try:
+        return Requirement(spec)
+    except InvalidRequirement as exc:
+        raise InvalidWheel(
+            f"neither a wheel file nor a requirement ({exc}): {spec}\n"
+            f"pass a .whl path or a requirement such as {recipe.project}=={recipe.default_version}"
+        ) from exc
+
+
+def _cached(requirement: Requirement, target: WheelTarget | None = None) -> Path | None:
+    """The newest cached wheel meeting `requirement` that this interpreter (or `target`) can
+    install; among equal versions the best-ranked tag (sys_tags order), then the filename."""
     directory = cache_dir()
     if not directory.is_dir():
         return None
@@ -66,7 +148,10 @@ def _cached(requirement: Requirement) -> Path | None:
             continue
         if name != wanted or not requirement.specifier.contains(version, prereleases=True):
             continue
-        supported = [ranks[t] for t in tags if t in ranks]
+        if target is not None:
+            supported = [0 for t in tags if target.accepts(t)]
+        else:
+            supported = [ranks[t] for t in tags if t in ranks]
         if supported:
             found.append((version, min(supported), candidate.name, candidate))
     if not found:
@@ -75,17 +160,18 @@ def _cached(requirement: Requirement) -> Path | None:
     return min(c for c in found if c[0] == newest)[3]
 
 
-def _download(requirement: Requirement) -> Path:
+def _download(requirement: Requirement, target: WheelTarget | None = None) -> Path:
     """pip download under a lock on the cache: builds started at once share one download."""
     directory = cache_dir()
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / ".download.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        cached = _cached(requirement)  # another build may have fetched it while we waited
+        cached = _cached(requirement, target)  # another build may have fetched it meanwhile
         if cached is not None:
             return cached
-        moved = download_wheels(str(requirement), directory)
-    found = _cached(requirement) or next(iter(moved), None)
+        options = target.pip_options() if target is not None else ()
+        moved = download_wheels(str(requirement), directory, options)
+    found = _cached(requirement, target) or next(iter(moved), None)
     if found is None:
         raise InvalidWheel(f"pip downloaded no wheel for {requirement} into {directory}")
     return found

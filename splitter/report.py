@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from splitter.model import Dependency, PackagePlan, Plan, Verdict
+from splitter.release import Release
 
 SCHEMA_VERSION = 1
 EXCLUSIVE_SCHEMA = "splitter.process-exclusive/1"  # the exclusivity record every target ships
@@ -102,4 +103,45 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             for b in plan.binaries
         ],
         "process_exclusive": [verdict_json(v) for v in plan.exclusive],
+    }
+
+
+def release_json(release: Release) -> dict[str, Any]:
+    """A release: its inputs, and per platform where each package comes from and why the
+    shared ones may be shared (the files that differ only in their GNU build-id)."""
+    platforms = []
+    for group in release.groups:
+        source = group.source.wheel.filename
+        rows = [
+            {"package": name, "python": None, "wheel": source} for name in group.shared_packages
+        ]
+        for plan in group.plans:
+            rows += [
+                {
+                    "package": package.name,
+                    "python": "{}.{}".format(*plan.platform.python),
+                    "wheel": plan.wheel.filename,
+                }
+                for package in plan.packages
+                if package.name not in group.shared_packages
+            ]
+        platforms.append(
+            {
+                "subdir": group.subdir,
+                "shared_from": source,
+                "rule": "the wheel for the oldest Python",
+                "pythons": ["{}.{}".format(*p.platform.python) for p in group.plans],
+                "identical": "every file of the shared packages, but for the stamped ones",
+                "stamped": [
+                    {"path": f.path, "region": "GNU build-id", "wheels": list(f.wheels)}
+                    for f in group.stamped
+                ],
+                "packages": rows,
+            }
+        )
+    return {
+        "schema": SCHEMA_VERSION,
+        "release": {"project": release.project, "version": release.version},
+        "inputs": [{"filename": name, "sha256": sha} for name, sha in release.inputs],
+        "platforms": platforms,
     }

@@ -21,6 +21,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.hash import GNUHashSection
 from elftools.elf.relocation import RelocationSection
 from elftools.elf.sections import SymbolTableSection
+from elftools.elf.segments import NoteSegment
 
 from splitter.errors import BinaryError
 from splitter.model import BinaryInfo, Registry
@@ -214,3 +215,24 @@ def _torch_schemas(elf: ELFFile) -> tuple[str, ...]:
         return ()
     names = {m.group(1).decode() for m in SCHEMA.finditer(rodata.data())}
     return tuple(sorted(names))
+
+
+def build_id_span(path: str, data: bytes) -> tuple[int, int] | None:
+    """(offset, length) of the GNU build-id in the ELF file `data`, or None without one. The
+    linker stamps it per link, so two builds of the same code differ there and only there."""
+    try:
+        return _build_id_span(ELFFile(io.BytesIO(data)))
+    except (ELFError, struct.error, ValueError, ArithmeticError, AssertionError) as exc:
+        reason = str(exc) or f"pyelftools {type(exc).__name__}"
+        raise BinaryError(f"cannot read ELF ({reason}): {path}") from exc
+
+
+def _build_id_span(elf: ELFFile) -> tuple[int, int] | None:
+    for segment in elf.iter_segments():
+        if not isinstance(segment, NoteSegment):
+            continue
+        for note in segment.iter_notes():
+            if note["n_type"] == "NT_GNU_BUILD_ID":
+                name_size = (note["n_namesz"] + 3) & ~3  # the name is padded to 4 bytes
+                return note["n_offset"] + 12 + name_size, note["n_descsz"]
+    return None

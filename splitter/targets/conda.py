@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,6 +19,7 @@ from splitter.layout import Layout, default_sitedir
 from splitter.model import CondaBackend, PackagePlan, Plan, Rpath
 from splitter.output import atomic_output
 from splitter.payload import Payload
+from splitter.release import Release
 from splitter.report import exclusivity_record
 from splitter.scratch import scratch_dir
 from splitter.targets.assemble import (
@@ -55,9 +55,6 @@ def conda_layout(plan: Plan) -> Layout:
     )
 
 
-Build = Callable[[Plan, Path, "Progress | None"], list[Path]]
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CondaOptions:
     """How `--target conda` packages (the CLI's options, checked there)."""
@@ -69,11 +66,29 @@ class CondaOptions:
     jobs: int = WORKERS  # packaging processes, the build's own included
 
 
+@dataclass(frozen=True, slots=True)
+class CondaBuilder:
+    """A conda build whose worker processes are running (see conda_builder)."""
+
+    options: CondaOptions
+    workers: Workers
+
+    def build(self, plan: Plan, out: Path, progress: Progress | None = None) -> list[Path]:
+        """One wheel's packages: see build_conda."""
+        return _build(plan, out, progress, options=self.options, workers=self.workers)
+
+    def build_release(
+        self, release: Release, out: Path, progress: Progress | None = None
+    ) -> list[Path]:
+        """A release's channel: see build_conda_release."""
+        return build_conda_release(release, out, self.options, progress, self.workers)
+
+
 @contextlib.contextmanager
-def conda_builder(options: CondaOptions) -> Iterator[Build]:
+def conda_builder(options: CondaOptions) -> Iterator[CondaBuilder]:
     """Start a conda build: its worker processes start now, so that their start-up (an
     interpreter and rattler-build's import) overlaps whatever the caller does before it has
-    a plan; yields `build(plan, out, progress)`, which writes OUT (see build_conda)."""
+    a plan or a release to build."""
     backend = options.backend
     if backend == CondaBackend.CONDA_BUILD and shutil.which("conda-build") is None:
         raise SplitterError(
@@ -83,7 +98,7 @@ def conda_builder(options: CondaOptions) -> Iterator[Build]:
     level, jobs = options.compression_level, options.jobs
     assert jobs >= 1 and 1 <= level <= 22, (jobs, level)  # the CLI checks both
     with assemble_workers(jobs if backend == CondaBackend.ASSEMBLE else 1) as workers:
-        yield functools.partial(_build, options=options, workers=workers)
+        yield CondaBuilder(options, workers)
 
 
 def build_conda(
@@ -110,8 +125,8 @@ def build_conda(
         guard=guard,
         jobs=jobs,
     )
-    with conda_builder(options) as build:
-        return build(plan, out, progress)
+    with conda_builder(options) as builder:
+        return builder.build(plan, out, progress)
 
 
 def _build(
@@ -173,6 +188,8 @@ def assemble_all(
     threads: int,
     pool: Workers,
     progress: Progress | None,
+    only: Sequence[PackagePlan] | None = None,
+    inputs: tuple[tuple[str, str], ...] = (),
 ) -> dict[str, dict[str, object]]:
     """One .conda per package with rattler-build's assembler and the info additions (largest
     first, to the workers, the build taking the next one whenever they are all busy);
@@ -183,12 +200,13 @@ def assemble_all(
     other core. zstd's multi-threaded mode costs about 50 MB more per package (export: 98
     against 47 MB, measured), so one package pays it, not every package at once. The thread
     count belongs to the package, not to the process packing it, so the bytes do not depend
-    on --jobs or on which process took which package."""
+    on --jobs or on which process took which package. `only` packs those of the plan's
+    packages alone; `inputs` are the wheels of a release a shared package stands for."""
     layout = staged.layout
     timestamp = datetime.fromtimestamp(plan.wheel.timestamp, tz=UTC)
     licenses = tuple(str(p) for p in _extract_licenses(plan, work / "licenses"))
     (work / "tmp").mkdir()
-    packages = sorted(plan.packages, key=lambda p: (-p.bytes, p.name))
+    packages = sorted(plan.packages if only is None else only, key=lambda p: (-p.bytes, p.name))
     jobs = [
         AssembleJob(
             name=package.name,
@@ -201,7 +219,7 @@ def assemble_all(
             license=plan.wheel.license or None,
             summary=package.summary,
             description=f"{package.summary}. Split by splitter from "
-            f"{plan.wheel.filename} (sha256 {plan.wheel.sha256}).",
+            f"{plan.wheel.filename} (sha256 {plan.wheel.sha256})." + _release_note(inputs),
             depends=tuple(conda_depends(plan, package, builds)),
             license_files=licenses,
             compression_level=compression_level,
@@ -219,7 +237,7 @@ def assemble_all(
             _check_assembled(package.name, result)
             records[Path(result.path).name] = json.loads(result.record)
             if progress is not None:
-                progress(f"assembled {package.name}", done, len(plan.packages))
+                progress(f"assembled {package.name}", done, len(packages))
     except WorkerDied as exc:
         raise ExternalToolError(
             f"{exc} while assembling; if the system ran out of memory, build with --jobs 1",
@@ -228,6 +246,85 @@ def assemble_all(
             "",
         ) from exc
     return records
+
+
+def _release_note(inputs: tuple[tuple[str, str], ...]) -> str:
+    if not inputs:
+        return ""
+    listed = ", ".join(f"{name} (sha256 {sha})" for name, sha in inputs)
+    return (
+        " Its files are the same in every wheel of the release (ELF files but for their GNU "
+        f"build-id), which were: {listed}."
+    )
+
+
+def build_conda_release(
+    release: Release,
+    out: Path,
+    options: CondaOptions,
+    progress: Progress | None = None,
+    workers: Workers | None = None,
+) -> list[Path]:
+    """A release's channel in OUT: per subdir, one build of each Python-independent package
+    (from the group's source wheel) and one export build per Python, each pinning exactly the
+    shared builds of its subdir; repodata per subdir; the rebuild recipes of each input wheel
+    under recipes/<subdir>/<python>/. One wheel's scratch at a time, so memory does not grow
+    with the number of wheels."""
+    if options.backend != CondaBackend.ASSEMBLE:
+        raise SplitterError(
+            f"a release is packaged with --backend assemble, not {options.backend}: the "
+            "recipes of each wheel are written under OUT/recipes/ for a rebuild"
+        )
+    with contextlib.ExitStack() as stack:
+        if workers is None:
+            workers = stack.enter_context(assemble_workers(options.jobs))
+        build = stack.enter_context(atomic_output(out))
+        try:
+            for group in release.groups:
+                source = group.source
+                shared = {
+                    name: build_string(source, source.package(name))
+                    for name in group.shared_packages
+                }
+                records: dict[str, dict[str, object]] = {}
+                (build / group.subdir).mkdir()
+                for plan in group.plans:
+                    builds = {p.name: build_string(plan, p) for p in plan.packages} | shared
+                    mine = [p for p in plan.packages if plan is source or p.name not in shared]
+                    python = "py{}{}".format(*plan.platform.python)
+                    need = sum(p.bytes for p in plan.packages)
+                    with scratch_dir(need) as work:
+                        staged = stage(
+                            plan,
+                            conda_layout(plan),
+                            work.joinpath("stage").joinpath,
+                            Rpath.RELATIVE,
+                            progress,
+                            options.guard,
+                        )
+                        write_recipes(
+                            plan, staged, build / "recipes" / group.subdir / python, builds
+                        )
+                        release_freed_memory()
+                        records |= assemble_all(
+                            plan,
+                            staged,
+                            build / group.subdir,
+                            builds,
+                            work,
+                            options.compression_level,
+                            options.threads,
+                            workers,
+                            progress,
+                            only=mine,
+                            inputs=release.inputs if plan is source else (),
+                        )
+                index_channel(build, group.subdir, records)
+        except BaseException:
+            workers.kill()  # before the scratch they write into goes
+            raise
+        written = sorted(str(p.relative_to(build)) for p in build.rglob("*") if p.is_file())
+    return [out / name for name in written]
 
 
 def _check_assembled(name: str, result: Assembled) -> None:

@@ -5,13 +5,42 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
+from dataclasses import dataclass
 from pathlib import Path
 
-from splitter.layout import Layout
+from splitter.errors import SplitterError
+from splitter.layout import Layout, make_layout
 from splitter.model import Plan, Rpath
 from splitter.output import atomic_output
+from splitter.release import Release
 from splitter.report import dependency_json, verdict_json
 from splitter.targets.stage import Progress, Staged, StagedFile, stage
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TreeBuilder:
+    """`--target tree` with its options; the layout follows each wheel (its site-packages)."""
+
+    prefix: str
+    libdir: str
+    includedir: str
+    sitedir: str | None
+    rpath: Rpath = Rpath.RELATIVE
+    guard: bool = False
+
+    def build(self, plan: Plan, out: Path, progress: Progress | None = None) -> list[Path]:
+        """See build_tree."""
+        layout = make_layout(plan.wheel, self.prefix, self.libdir, self.includedir, self.sitedir)
+        return build_tree(plan, out, layout, self.rpath, progress, self.guard)
+
+    def build_release(
+        self, release: Release, out: Path, progress: Progress | None = None
+    ) -> list[Path]:
+        """Not yet: a release's trees need a layout per Python within one OUT."""
+        raise SplitterError(
+            f"--target tree takes one wheel for now, not a release of {len(release.inputs)}: "
+            "build each wheel's tree on its own, or use --target conda or wheel"
+        )
 
 
 def build_tree(

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import stat
 import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.metadata import Metadata, RawMetadata
@@ -33,6 +35,7 @@ from splitter.layout import UPSTREAM_CMAKE
 from splitter.model import PackagePlan, Plan
 from splitter.output import atomic_output
 from splitter.payload import Payload
+from splitter.release import Release
 from splitter.report import exclusivity_record
 from splitter.targets.generated import exclusive_pairs
 from splitter.targets.stage import Progress
@@ -61,15 +64,64 @@ def build_wheels(
     plan: Plan, out: Path, progress: Progress | None = None, guard: bool = False
 ) -> list[Path]:
     """Write OUT/<name>-<version>-<tag>.whl for each package; atomic and reproducible."""
+    with atomic_output(out) as build:
+        names = _write_packages(plan, plan.packages, build, progress, guard)
+    return [out / name for name in names]
+
+
+@dataclass(frozen=True, slots=True)
+class WheelBuilder:
+    """`--target wheel` with its options, for one wheel or a release."""
+
+    guard: bool = False
+
+    def build(self, plan: Plan, out: Path, progress: Progress | None = None) -> list[Path]:
+        """See build_wheels."""
+        return build_wheels(plan, out, progress, self.guard)
+
+    def build_release(
+        self, release: Release, out: Path, progress: Progress | None = None
+    ) -> list[Path]:
+        """See build_release_wheels."""
+        return build_release_wheels(release, out, progress, self.guard)
+
+
+def build_release_wheels(
+    release: Release, out: Path, progress: Progress | None = None, guard: bool = False
+) -> list[Path]:
+    """A release's wheels in OUT: per platform one wheel of each Python-independent package
+    (from the group's source wheel; their METADATA lists every input wheel) and, from each
+    input wheel, its Python packages; atomic and reproducible."""
+    names: list[str] = []
+    with atomic_output(out) as build:
+        for group in release.groups:
+            for plan in group.plans:
+                shared = plan is group.source
+                packages = [
+                    p for p in plan.packages if shared or p.name not in group.shared_packages
+                ]
+                inputs = release.inputs if shared else ()
+                names += _write_packages(plan, packages, build, progress, guard, inputs)
+    return [out / name for name in sorted(names)]
+
+
+def _write_packages(
+    plan: Plan,
+    packages: Sequence[PackagePlan],
+    build: Path,
+    progress: Progress | None,
+    guard: bool,
+    inputs: tuple[tuple[str, str], ...] = (),
+) -> list[str]:
     written = []
     guarded = guard_files(plan) if guard else ({}, {})
-    with atomic_output(out) as build, Payload(plan.wheel) as source:
-        for index, package in enumerate(plan.packages, start=1):
+    with Payload(plan.wheel) as source:
+        for index, package in enumerate(packages, start=1):
             if progress is not None:
-                progress(f"wheel {package.name}", index, len(plan.packages))
+                progress(f"wheel {package.name}", index, len(packages))
             files = package_files(plan, package, source, guarded)
-            path = write_wheel(plan, package, files, source, build)
-            written.append(out / path.name)
+            path = write_wheel(plan, package, files, source, build, inputs)
+            written.append(path.name)
     return written
 
 
@@ -135,13 +187,20 @@ def package_files(
     return files
 
 
-def description(plan: Plan, package: PackagePlan) -> str:
-    """Where the package comes from, and which requirements the recipe's [externals] add that
-    the input wheel's own Requires-Dist does not name (executorch 1.5.1 omits torch)."""
+def description(plan: Plan, package: PackagePlan, inputs: tuple[tuple[str, str], ...] = ()) -> str:
+    """Where the package comes from (with `inputs`, every wheel of the release it stands for),
+    and which requirements the recipe's [externals] add that the input wheel's own
+    Requires-Dist does not name (executorch 1.5.1 omits torch)."""
     text = (
         f"{package.summary}.\n\nSplit by splitter from {plan.wheel.filename} "
         f"(sha256 {plan.wheel.sha256})."
     )
+    if inputs:
+        listed = "".join(f"\n- {name} (sha256 {sha})" for name, sha in inputs)
+        text += (
+            " Its files are the same in every wheel of the release (ELF files but for their "
+            f"GNU build-id), which were:{listed}\n"
+        )
     named = {canonicalize_name(Requirement(r).name) for r in plan.wheel.requires_dist}
     added = [e.pip for e in package.externals if canonicalize_name(e.name) not in named]
     if added:
@@ -152,7 +211,7 @@ def description(plan: Plan, package: PackagePlan) -> str:
     return text + "\n"
 
 
-def metadata(plan: Plan, package: PackagePlan) -> bytes:
+def metadata(plan: Plan, package: PackagePlan, inputs: tuple[tuple[str, str], ...] = ()) -> bytes:
     """METADATA written with packaging's own tooling."""
     requires = [f"{d.name}=={d.version}" for d in package.depends]
     requires += [d.pip for d in package.externals]
@@ -161,7 +220,7 @@ def metadata(plan: Plan, package: PackagePlan) -> bytes:
         "name": package.name,
         "version": package.version,
         "summary": package.summary,
-        "description": description(plan, package),
+        "description": description(plan, package, inputs),
         "description_content_type": "text/plain",
         "license_expression": plan.wheel.license,
         "license_files": [name.rsplit("/", 1)[-1] for name in plan.wheel.license_files],
@@ -186,6 +245,7 @@ def write_wheel(
     files: dict[str, tuple[bytes, bool]],
     source: Payload,
     directory: Path,
+    inputs: tuple[tuple[str, str], ...] = (),
 ) -> Path:
     """A reproducible wheel: sorted entries, fixed timestamps and modes, RECORD last."""
     tag = wheel_tag(plan, package)
@@ -200,7 +260,7 @@ def write_wheel(
         licenses[f"{dist_info}/top_level.txt"] = (source.read(top_level), False)
     meta = {
         **licenses,
-        f"{dist_info}/METADATA": (metadata(plan, package), False),
+        f"{dist_info}/METADATA": (metadata(plan, package, inputs), False),
         f"{dist_info}/WHEEL": (
             "Wheel-Version: 1.0\nGenerator: splitter\nRoot-Is-Purelib: false\n"
             f"Tag: {tag}\n".encode(),

@@ -1,0 +1,175 @@
+"""A release: every wheel of one version of the project, split together.
+
+Each wheel gets its plan (make_plan). The wheels are grouped by platform (conda subdir). In
+each group the packages the recipe does not mark `python = true` (the runtime and the
+quantized kernels) do not depend on the Python version, so they are packaged once, from one
+wheel: the one for the oldest Python, a stated and deterministic choice. That is only sound
+when each of their files is the same in every wheel of the group, so each is compared: equal
+digests, or, for an ELF file, equal bytes once the GNU build-id (which the linker stamps per
+link) is set aside. Any other difference, a file missing from one wheel, two wheels of one
+platform and Python, or wheels of two versions, is a ReleaseError naming the file and the
+wheels; every problem is reported at once.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from splitter.binaries.elf import build_id_span
+from splitter.errors import ReleaseError
+from splitter.model import Plan, Recipe
+from splitter.payload import Payload
+from splitter.plan import make_plan
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StampedFile:
+    """A file of a Python-independent package whose bytes differ between the wheels of a
+    platform only in what the linker stamps (the GNU build-id)."""
+
+    path: str
+    wheels: tuple[str, ...]  # the wheels whose copy differs from the source wheel's there
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlatformGroup:
+    """The wheels of one platform: their plans (oldest Python first) and the one wheel the
+    Python-independent packages are packaged from."""
+
+    subdir: str
+    plans: tuple[Plan, ...]
+    shared_packages: tuple[str, ...]  # packaged once, from `source`
+    stamped: tuple[StampedFile, ...]
+
+    @property
+    def source(self) -> Plan:
+        """The plan of the wheel for the oldest Python: the shared packages come from it."""
+        return self.plans[0]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Release:
+    """Every wheel of one version, grouped by platform."""
+
+    project: str
+    version: str
+    groups: tuple[PlatformGroup, ...]  # by subdir
+
+    @property
+    def inputs(self) -> tuple[tuple[str, str], ...]:
+        """(file name, sha256) of every input wheel, sorted."""
+        return tuple(
+            sorted((p.wheel.filename, p.wheel.sha256) for g in self.groups for p in g.plans)
+        )
+
+
+def make_release(
+    paths: Sequence[Path], recipe: Recipe, progress: Progress | None = None
+) -> Release:
+    """Plan every wheel in `paths` and check that they form one release (see the module)."""
+    plans = []
+    for index, path in enumerate(paths, start=1):
+        if progress is not None:
+            progress(f"planning {path.name}", index - 1, len(paths))
+        plans.append(make_plan(path, recipe))
+    problems = _check_versions(plans)
+    by_subdir: dict[str, list[Plan]] = defaultdict(list)
+    for plan in plans:
+        by_subdir[plan.platform.conda_subdir].append(plan)
+    shared = tuple(spec.name for spec in recipe.packages if not spec.python)
+    groups = []
+    for subdir, members in sorted(by_subdir.items()):
+        members.sort(key=lambda p: (p.platform.python, p.wheel.filename))
+        problems += _check_pythons(members)
+        stamped, found = _compare_shared(members, shared)
+        problems += found
+        groups.append(
+            PlatformGroup(
+                subdir=subdir, plans=tuple(members), shared_packages=shared, stamped=stamped
+            )
+        )
+    if problems:
+        raise ReleaseError("\n".join(problems))
+    return Release(project=recipe.project, version=plans[0].wheel.version, groups=tuple(groups))
+
+
+def _check_versions(plans: list[Plan]) -> list[str]:
+    versions = {p.wheel.version for p in plans}
+    if len(versions) <= 1:
+        return []
+    listed = ", ".join(f"{p.wheel.filename} ({p.wheel.version})" for p in plans)
+    return [
+        f"the wheels of one release have different versions ({', '.join(sorted(versions))}): "
+        f"{listed}\nsplit each version on its own"
+    ]
+
+
+def _check_pythons(members: list[Plan]) -> list[str]:
+    problems = []
+    seen: dict[tuple[int, int], Plan] = {}
+    for plan in members:
+        other = seen.setdefault(plan.platform.python, plan)
+        if other is not plan:
+            problems.append(
+                f"two wheels for one platform and Python ({plan.platform.conda_subdir}, "
+                "{}.{}): {} and {}".format(
+                    *plan.platform.python, other.wheel.filename, plan.wheel.filename
+                )
+            )
+    return problems
+
+
+def _compare_shared(
+    members: list[Plan], shared: tuple[str, ...]
+) -> tuple[tuple[StampedFile, ...], list[str]]:
+    """Compare every file of the shared packages in each wheel with the source wheel's."""
+    source, others = members[0], members[1:]
+    problems: list[str] = []
+    stamped: dict[str, list[str]] = defaultdict(list)
+    wanted = sorted(f for name in shared for f in source.package(name).files)
+    digests = {e.path: e.sha256 for e in source.wheel.entries}
+    elves = {b.path for b in source.binaries}
+    for other in others:
+        theirs = {e.path: e.sha256 for e in other.wheel.entries}
+        mine = {f for name in shared for f in other.package(name).files}
+        for path in sorted(mine.symmetric_difference(wanted)):
+            holder = other if path in mine else source
+            problems.append(
+                f"a file of a Python-independent package is in only one of two wheels of a "
+                f"release ({holder.wheel.filename} has it): {path}; "
+                f"wheels {source.wheel.filename} and {other.wheel.filename}"
+            )
+        differing = [p for p in wanted if p in theirs and theirs[p] != digests[p]]
+        if not differing:
+            continue
+        with Payload(source.wheel) as left, Payload(other.wheel) as right:
+            for path in differing:
+                if path in elves and _same_but_build_id(path, left.read(path), right.read(path)):
+                    stamped[path].append(other.wheel.filename)
+                    continue
+                problems.append(
+                    "a file of a Python-independent package differs between two wheels of a "
+                    f"release beyond its build-id: {path}; wheels {source.wheel.filename} and "
+                    f"{other.wheel.filename}\nthe package cannot be shared: rebuild the wheels "
+                    "from one source tree, or split them one at a time"
+                )
+    return tuple(StampedFile(path=p, wheels=tuple(w)) for p, w in sorted(stamped.items())), problems
+
+
+def _same_but_build_id(path: str, left: bytes, right: bytes) -> bool:
+    """Whether two ELF files are the same bytes once each one's GNU build-id is zeroed."""
+    if len(left) != len(right):
+        return False
+    spans = build_id_span(path, left), build_id_span(path, right)
+    if spans[0] is None or spans[0] != spans[1]:
+        return False
+    start, size = spans[0]
+    blank = bytes(size)
+    return (
+        left[:start] + blank + left[start + size :] == right[:start] + blank + right[start + size :]
+    )
