@@ -47,6 +47,11 @@ class PlatformGroup:
     stamped: tuple[StampedFile, ...]
 
     @property
+    def inputs(self) -> tuple[tuple[str, str], ...]:
+        """(file name, sha256) of the group's wheels, which its shared packages stand for."""
+        return tuple(sorted((p.wheel.filename, p.wheel.sha256) for p in self.plans))
+
+    @property
     def source(self) -> Plan:
         """The plan of the wheel for the oldest Python: the shared packages come from it."""
         return self.plans[0]

@@ -58,11 +58,13 @@ def pip_install_locked(python: Path, name: str, *where: str) -> None:
     """Install exactly what ci/locks/<name>.lock pins (hashes required) with `python`'s pip."""
     lock, _ = lock_file(name)
     command = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    subprocess.run(
+    result = subprocess.run(
         [*command, "--require-hashes", "--no-deps", *where, "-r", str(lock)],
-        check=True,
         capture_output=True,
+        text=True,
+        check=False,
     )
+    assert result.returncode == 0, f"pip could not install {lock}:\n{result.stderr}"
 
 
 def cmake_executable(label: str) -> Path:

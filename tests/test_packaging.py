@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
-import tarfile
 import zipfile
 from pathlib import Path
 
@@ -25,12 +25,9 @@ def test_wheel_builds_quietly_and_ships_every_file(tmp_path: Path) -> None:
     every tracked file under splitter/ and recipes/: the consumer project, the model fixture and
     the recipe that `verify` and `build` read from the installed copy."""
     source = tmp_path / "source"
-    source.mkdir()
-    with tarfile.open(tmp_path / "tracked.tar", "w") as archive:
-        for name in tracked("."):
-            archive.add(REPO / name, arcname=name, recursive=False)
-    with tarfile.open(tmp_path / "tracked.tar") as archive:
-        archive.extractall(source, filter="data")
+    for name in tracked("."):
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, source / name)
     built = subprocess.run(
         [
             sys.executable,

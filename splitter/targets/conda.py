@@ -317,7 +317,7 @@ def build_conda_release(
                             workers,
                             progress,
                             only=mine,
-                            inputs=release.inputs if plan is source else (),
+                            inputs=group.inputs if plan is source else (),
                         )
                 index_channel(build, group.subdir, records)
         except BaseException:

@@ -100,7 +100,7 @@ def build_release_wheels(
                 packages = [
                     p for p in plan.packages if shared or p.name not in group.shared_packages
                 ]
-                inputs = release.inputs if shared else ()
+                inputs = group.inputs if shared else ()
                 names += _write_packages(plan, packages, build, progress, guard, inputs)
     return [out / name for name in sorted(names)]
 

@@ -1,0 +1,242 @@
+"""Release builds on the real executorch 1.5.1 wheels (cp310-cp314, Linux x86_64 and aarch64):
+one plan, one channel, one wheelhouse; shared packages only when their files are the same."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from builders import replace_member
+from conda_tools import install, torch_python
+from consumer_tools import (
+    CMAKE_LABELS,
+    MODEL,
+    RUN_PTE,
+    build_consumer,
+    cmake_executable,
+    expected_output,
+    run_model,
+)
+
+from splitter.errors import ReleaseError
+from splitter.fetch import resolve_inputs
+from splitter.recipe import load_recipe
+from splitter.release import Release, make_release
+
+pytestmark = pytest.mark.integration
+
+PYTHONS = ["3.10", "3.11", "3.12", "3.13", "3.14"]
+SHARED = ("executorch-runtime", "executorch-kernels-quantized")
+
+
+@pytest.fixture(scope="module")
+def release_wheels() -> dict[str, list[Path]]:
+    """The ten Linux wheels of 1.5.1 by subdir, fetched with splitter's own cached download."""
+    recipe = load_recipe()
+    return {
+        subdir: resolve_inputs([], recipe, "all", subdir)
+        for subdir in ("linux-64", "linux-aarch64")
+    }
+
+
+@pytest.fixture(scope="module")
+def release(release_wheels: dict[str, list[Path]]) -> Release:
+    return make_release(release_wheels["linux-64"] + release_wheels["linux-aarch64"], load_recipe())
+
+
+def splitter(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "splitter", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd,
+        timeout=1200,
+    )
+
+
+def test_plan_shows_the_matrix(release_wheels: dict[str, list[Path]]) -> None:
+    """`plan --json` of the ten wheels: per platform the shared packages from the cp310 wheel,
+    an export per Python, and every input with its sha256."""
+    paths = release_wheels["linux-64"] + release_wheels["linux-aarch64"]
+    result = splitter("plan", "--json", *map(str, paths))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["release"] == {"project": "executorch", "version": "1.5.1"}
+    assert sorted(i["filename"] for i in data["inputs"]) == sorted(p.name for p in paths)
+    for platform in data["platforms"]:
+        assert platform["pythons"] == PYTHONS
+        assert platform["shared_from"].startswith("executorch-1.5.1-cp310-cp310-")
+        rows = platform["packages"]
+        assert [r["package"] for r in rows if r["python"] is None] == list(SHARED)
+        exports = [r for r in rows if r["package"] == "executorch-export"]
+        assert [r["python"] for r in exports] == PYTHONS
+        assert all(r["wheel"].split("-")[2] == "cp" + r["python"].replace(".", "") for r in exports)
+
+
+def test_stamped_files_differ_only_in_the_build_id(release: Release, tmp_path: Path) -> None:
+    """Each file the release calls stamped differs from the source wheel's copy only inside
+    the .note.gnu.build-id section, by cmp's list of differing bytes against readelf's
+    section table: an independent check of what the release compared."""
+    group = next(g for g in release.groups if g.subdir == "linux-64")
+    assert len(group.stamped) == 7  # every runtime library but libexecutorch.so
+    assert all(f.path.startswith("executorch/lib/lib") for f in group.stamped)
+    for stamped in group.stamped:
+        other = next(p for p in group.plans if p.wheel.filename == stamped.wheels[0])
+        copies = []
+        for plan in (group.source, other):
+            target = tmp_path / plan.wheel.filename / "lib.so"
+            target.parent.mkdir()
+            with zipfile.ZipFile(plan.wheel.path) as archive:
+                target.write_bytes(archive.read(stamped.path))
+            copies.append(target)
+        differing = subprocess.run(
+            ["cmp", "-l", *map(str, copies)], capture_output=True, text=True, check=False
+        ).stdout.split("\n")
+        offsets = [int(line.split()[0]) - 1 for line in differing if line.strip()]
+        sections = subprocess.run(
+            ["readelf", "-S", "-W", str(copies[0])], capture_output=True, text=True, check=True
+        ).stdout
+        line = next(x for x in sections.splitlines() if ".note.gnu.build-id" in x)
+        fields = line.split("]", 1)[1].split()
+        start, size = int(fields[3], 16), int(fields[4], 16)
+        assert offsets, stamped.path
+        assert all(start <= o < start + size for o in offsets), stamped.path
+        shutil.rmtree(tmp_path / group.source.wheel.filename)
+        shutil.rmtree(tmp_path / other.wheel.filename)
+
+
+def test_a_file_differing_beyond_its_build_id_is_refused(
+    release_wheels: dict[str, list[Path]], tmp_path: Path
+) -> None:
+    """A cp312 wheel whose libexecutorch.so differs in one byte outside the build-id (RECORD
+    kept valid) stops the release naming the file and both wheels; OUT and nothing else
+    is written."""
+    cp310, _, cp312, *_ = release_wheels["linux-64"]
+    changed = tmp_path / "wheels" / cp312.name
+    changed.parent.mkdir()
+    shutil.copyfile(cp312, changed)
+    with zipfile.ZipFile(changed) as archive:
+        data = bytearray(archive.read("executorch/lib/libexecutorch.so"))
+    data[len(data) // 2] ^= 0xFF
+    replace_member(changed, "executorch/lib/libexecutorch.so", bytes(data))
+    with pytest.raises(ReleaseError) as raised:
+        make_release([cp310, changed], load_recipe())
+    message = str(raised.value)
+    assert "executorch/lib/libexecutorch.so" in message
+    assert cp310.name in message and cp312.name in message
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    for target in ("conda", "wheel"):
+        out = cwd / target
+        result = splitter("build", str(cp310), str(changed), "-t", target, "-o", str(out), cwd=cwd)
+        assert result.returncode == ReleaseError.exit_code, result.stderr
+        assert "beyond its build-id: executorch/lib/libexecutorch.so" in result.stderr
+    assert sorted(cwd.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def channel(release: Release, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from splitter.targets.conda import CondaOptions, build_conda_release
+
+    out = tmp_path_factory.mktemp("release") / "channel"
+    build_conda_release(release, out, CondaOptions(compression_level=1))
+    return out
+
+
+def repodata(channel: Path, subdir: str) -> dict[str, dict[str, object]]:
+    data = json.loads((channel / subdir / "repodata.json").read_text())
+    return dict(data["packages.conda"])
+
+
+@pytest.mark.parametrize("subdir", ["linux-64", "linux-aarch64"])
+def test_one_channel_one_runtime_five_exports(channel: Path, subdir: str) -> None:
+    """Per subdir: one runtime, one kernels-quantized, five exports, each export pinning the
+    runtime and kernels-quantized builds that are in the channel; python_abi 3.10 to 3.14."""
+    records = repodata(channel, subdir)
+    names = sorted(str(r["name"]) for r in records.values())
+    assert names == [*["executorch-export"] * 5, *sorted(SHARED)]
+    shared = {
+        str(r["name"]): f"{r['name']} =={r['version']} {r['build']}"
+        for r in records.values()
+        if r["name"] in SHARED
+    }
+    abis = []
+    for record in records.values():
+        if record["name"] != "executorch-export":
+            continue
+        depends = [str(d) for d in record["depends"]]  # type: ignore[attr-defined]
+        assert set(shared.values()) <= set(depends), depends
+        abis += [d.split()[1] for d in depends if d.startswith("python_abi ")]
+    assert sorted(abis) == [f"{p}.*" for p in PYTHONS]
+    assert sorted(p.name for p in (channel / subdir).glob("*.conda")) == sorted(records)
+
+
+@pytest.fixture(scope="module")
+def prefix(channel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """runtime + kernels-quantized + the cp311 export, installed with py-rattler."""
+    chosen = [
+        p
+        for p in sorted((channel / "linux-64").glob("*.conda"))
+        if not p.name.startswith("executorch-export") or "-py311h" in p.name
+    ]
+    assert len(chosen) == 3
+    target = tmp_path_factory.mktemp("prefix") / "env"
+    install(target, chosen)
+    return target
+
+
+@pytest.mark.parametrize("cmake_label", ["3.24", "3.28", "4.x"], ids=lambda v: f"cmake-{v}")
+def test_cpp_consumer_from_the_release_channel(
+    prefix: Path, cmake_label: str, tmp_path: Path
+) -> None:
+    assert cmake_label in CMAKE_LABELS
+    built = build_consumer(
+        cmake_executable(cmake_label), tmp_path / "c", prefix=prefix, quantized=True
+    )
+    assert built.returncode == 0, built.output
+    run = run_model(built.runner, tmp_path / "out.bin")
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "out.bin").read_bytes() == expected_output()
+
+
+def test_python_side_from_the_release_channel(prefix: Path) -> None:
+    """The cp311 export beside the shared packages of the cp310 wheel runs the model."""
+    env = {**os.environ, "PYTHONPATH": str(prefix / "lib/python3.11/site-packages")}
+    env.pop("LD_LIBRARY_PATH", None)
+    result = subprocess.run(
+        [str(torch_python()), "-c", RUN_PTE, str(MODEL)], capture_output=True, env=env, check=False
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stdout == expected_output()
+
+
+def test_wheelhouse(release_wheels: dict[str, list[Path]], tmp_path: Path) -> None:
+    """`build -t wheel` of the ten wheels: 2 + 2 + 10 wheels; each shared one lists every input
+    wheel in its METADATA."""
+    paths = release_wheels["linux-64"] + release_wheels["linux-aarch64"]
+    out = tmp_path / "wheels"
+    result = splitter("-q", "build", "-t", "wheel", "-o", str(out), *map(str, paths))
+    assert result.returncode == 0, result.stderr
+    built = sorted(p.name for p in out.iterdir())
+    assert len(built) == 14
+    for name in ("executorch_runtime", "executorch_kernels_quantized"):
+        mine = [b for b in built if b.startswith(name + "-")]
+        assert [b.rsplit("-", 1)[1] for b in mine] == [
+            "manylinux_2_28_aarch64.whl",
+            "manylinux_2_28_x86_64.whl",
+        ]
+        with zipfile.ZipFile(out / mine[1]) as archive:  # x86_64: its five inputs, only
+            metadata = archive.read(f"{name}-1.5.1.dist-info/METADATA").decode()
+        assert all(p.name in metadata for p in release_wheels["linux-64"])
+        assert not any(p.name in metadata for p in release_wheels["linux-aarch64"])
+    exports = [b for b in built if b.startswith("executorch_export-")]
+    assert sorted(exports) == sorted(
+        f"executorch_export-1.5.1-{p.name.split('-', 2)[2]}" for p in paths
+    )
