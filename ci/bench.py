@@ -1,7 +1,7 @@
 """Benchmarks: splitter's commands beside baselines measured in the same run, as ratios.
 
 Usage: python ci/bench.py [WHEEL] [--repeat N] [--level L] [--skip-rattler] [--skip-synthetic]
-                          [--only plan|conda|wheel|tree|rattler|synthetic ...]
+                          [--only plan|conda|wheel|tree|rattler|synthetic|release ...]
 
 Each command runs in a fresh subprocess, alternating with its baseline; its wall time (best
 of N), its largest single-process RSS (wait4), the summed PSS of it and its worker processes,
@@ -13,6 +13,8 @@ target. Nothing is asserted: these are figures for the notes, not tests.
   build wheel     vs unzip
   build tree      vs unzip
   10x synthetic   plan and build conda on a wheel ten times the size (growth should be linear)
+  release         build conda of the ten Linux wheels of the release (level 3) vs the summed
+                  floor of those wheels (each unzipped, its payloads tar'ed and zstd -3 -T2'ed)
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from pathlib import Path
 PY = sys.executable
 # The console script users run (its spawned workers re-import the script, unlike `-m`).
 SPLITTER = str(Path(PY).with_name("splitter"))
-SECTIONS = ("plan", "conda", "wheel", "tree", "rattler", "synthetic")
+SECTIONS = ("plan", "conda", "wheel", "tree", "rattler", "synthetic", "release")
+RELEASE_LEVEL = 3  # the release section compresses at zstd level 3, build and floor alike
 # Unzip, then one zstd-compressed tar per package payload: the least any tool must do.
 FLOOR = (
     "set -e; cd {dir}; rm -rf w ./*.zst; unzip -q {wheel} -d w; "
@@ -221,6 +224,22 @@ def rattler_recipe(wheel: str, level: int) -> Measure:
         return run([PY, "-c", RATTLER, str(recipe), f"{scratch}/rb", f"conda:{level}"])
 
 
+def release_floor(wheels: list[str], level: int) -> Measure:
+    """The floor of a release: each wheel unzipped and its payloads tar'ed and compressed with
+    zstd (two threads) in /dev/shm, one wheel after another."""
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    with tempfile.TemporaryDirectory(dir=base) as directory:
+        script = "; ".join(FLOOR.format(wheel=w, level=level, dir=directory) for w in wheels)
+        return run(["bash", "-c", script])
+
+
+def release_build(wheels: list[str], level: int) -> Measure:
+    """`splitter build --target conda` of every wheel of the release in one run."""
+    with tempfile.TemporaryDirectory() as directory:
+        command = [SPLITTER, "-q", "build", *wheels, "--target", "conda"]
+        return run([*command, "--compression-level", str(level), "-o", f"{directory}/out"])
+
+
 def synthetic(wheel: str, factor: int, directory: Path) -> str:
     """The wheel plus (factor - 1) copies of its payload as non-ELF data files, RECORD kept."""
     import base64
@@ -327,6 +346,25 @@ def main() -> None:
             conda,
             "splitter conda",
             "target: >= 3x splitter",
+        )
+    if "release" in only:
+        from splitter.fetch import resolve_inputs
+        from splitter.recipe import load_recipe
+
+        wheels = [str(p) for p in resolve_inputs([], load_recipe(), "all", "all")]
+        print(f"release: {len(wheels)} wheels (cp310-cp314, linux-64 and linux-aarch64)")
+        summed, measured = paired(
+            partial(release_floor, wheels, RELEASE_LEVEL),
+            partial(release_build, wheels, RELEASE_LEVEL),
+            repeat,
+        )
+        row(f"baseline: summed floor of the wheels (zstd -{RELEASE_LEVEL})", summed)
+        row(
+            f"splitter build --target conda, release, level {RELEASE_LEVEL}",
+            measured,
+            summed,
+            "summed floor",
+            "target: <= 1.0x, < 200 MB",
         )
     if "synthetic" in only and plan is not None and conda is not None:
         with tempfile.TemporaryDirectory() as scratch:

@@ -240,3 +240,19 @@ def test_wheelhouse(release_wheels: dict[str, list[Path]], tmp_path: Path) -> No
     assert sorted(exports) == sorted(
         f"executorch_export-1.5.1-{p.name.split('-', 2)[2]}" for p in paths
     )
+
+
+def test_verify_runs_what_this_machine_can_and_says_what_it_skipped(channel: Path) -> None:
+    """`verify` on the release channel: the checks pass for the linux-64 cp311 export (the
+    interpreter given), and each other export is a skipped row naming what it needs."""
+    from splitter.verify.run import Status, verify
+
+    checks = verify(channel, torch_python(), [cmake_executable("3.28")], 2, ("cmake", "python"))
+    ran = [c for c in checks if c.check != "release"]
+    assert ran and all(c.status is Status.PASS for c in ran), ran
+    assert {c.check for c in ran} >= {"model (C++)", "model (Python)"}
+    skipped = {c.subject: c.detail for c in checks if c.check == "release"}
+    assert all(c.status is Status.SKIP for c in checks if c.check == "release")
+    assert len(skipped) == 9
+    assert sum("needs CPython 3.1" in d for d in skipped.values()) == 4
+    assert sum("another machine" in d for d in skipped.values()) == 5

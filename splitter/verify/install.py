@@ -19,6 +19,7 @@ from splitter.safepath import check_member_name, safe_join
 
 RUNTIME = "executorch-runtime"
 QUANTIZED = "executorch-kernels-quantized"
+EXPORT = "executorch-export"
 
 INSTALL_CONDA = """
 import asyncio, os, sys

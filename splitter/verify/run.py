@@ -23,6 +23,7 @@ from splitter.verify.consumer import (
     run_model_python,
 )
 from splitter.verify.install import QUANTIZED, RUNTIME, Installed, install
+from splitter.verify.release import machine_subdir, python_of, release_exports
 
 
 class Status(StrEnum):
@@ -45,6 +46,48 @@ class Check:
     detail: str = ""
 
 
+def verify_release(
+    out: Path,
+    exports: dict[str, list[Path]],
+    python: Path | None,
+    cmakes: list[Path],
+    jobs: int,
+    only: tuple[str, ...],
+) -> list[Check]:
+    """The checks once per export build of this machine's subdir whose CPython is the
+    interpreter's (`python`, else this one), each installed beside its subdir's shared
+    packages; every other export build is a skipped row saying what it needs."""
+    interpreter = python or Path(sys.executable)
+    version = subprocess.run(
+        [str(interpreter), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    here = machine_subdir()
+    checks: list[Check] = []
+    for subdir, builds in sorted(exports.items()):
+        shared = [p for p in sorted((out / subdir).glob("*.conda")) if p not in builds]
+        for export in builds:
+            wanted = python_of(export)
+            if subdir != here:
+                reason = f"{subdir} packages run on another machine (this is {here or 'neither'})"
+            elif wanted != version:
+                reason = f"needs CPython {wanted}: pass --python with one (given {version})"
+            else:
+                with tempfile.TemporaryDirectory(prefix="splitter-release-") as view_name:
+                    view = Path(view_name) / subdir
+                    view.mkdir()
+                    for package in [*shared, export]:
+                        os.link(package, view / package.name)
+                    repodata = (out / subdir / "repodata.json").read_bytes()
+                    (view / "repodata.json").write_bytes(repodata)
+                    checks += verify(view.parent, python, cmakes, jobs, only)
+                continue
+            checks.append(skipped("release", "all", reason, f"{subdir}/{export.name}"))
+    return checks
+
+
 def torch_available(python: Path) -> bool:
     """Whether `python` can import torch."""
     result = subprocess.run([str(python), "-c", "import torch"], capture_output=True, check=False)
@@ -61,10 +104,15 @@ def verify(
     jobs: int = 2,
     only: tuple[str, ...] = CHECKS,
 ) -> list[Check]:
-    """Install `out` in scratch space and run the checks; nothing is written to `out`."""
+    """Install `out` in scratch space and run the checks; nothing is written to `out`. A
+    release's channel is verified once per export build this machine can run (see
+    verify_release)."""
     unknown = sorted(set(only) - set(CHECKS))
     if unknown:
         raise SplitterError(f"unknown check {unknown[0]!r}: choose from {', '.join(CHECKS)}")
+    exports = release_exports(out)
+    if exports is not None:
+        return verify_release(out, exports, python, cmakes, jobs, only)
     python = python or Path(sys.executable)
     torch_python = python if torch_available(python) else None
     checks: list[Check] = []
@@ -198,11 +246,11 @@ def relocation_check(full: Installed, cmakes: list[Path], scratch: Path) -> Chec
     )
 
 
-def skipped(check: str, expected: str, reason: str) -> Check:
+def skipped(check: str, expected: str, reason: str, subject: str = "-") -> Check:
     """A check that could not run here, with the reason."""
     return Check(
         check=check,
-        subject="-",
+        subject=subject,
         expected=expected,
         outcome="skipped",
         status=Status.SKIP,
