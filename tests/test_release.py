@@ -256,3 +256,26 @@ def test_verify_runs_what_this_machine_can_and_says_what_it_skipped(channel: Pat
     assert len(skipped) == 9
     assert sum("needs CPython 3.1" in d for d in skipped.values()) == 4
     assert sum("another machine" in d for d in skipped.values()) == 5
+
+
+def test_trees(release_wheels: dict[str, list[Path]], tmp_path: Path) -> None:
+    """`build -t tree` of the five x86_64 wheels: the runtime and kernels-quantized trees once,
+    an export tree per Python with its own site-packages, each with its file lists."""
+    out = tmp_path / "trees"
+    paths = [str(p) for p in release_wheels["linux-64"]]
+    result = splitter("-q", "build", "-t", "tree", "--prefix", "/usr", "-o", str(out), *paths)
+    assert result.returncode == 0, result.stderr
+    trees = sorted(p.name for p in (out / "linux-64").iterdir() if p.is_dir())
+    pythons = [p.replace(".", "") for p in PYTHONS]
+    assert trees == [*(f"executorch-export-py{p}" for p in pythons), *sorted(SHARED)]
+    for python in PYTHONS:
+        tree = out / "linux-64" / f"executorch-export-py{python.replace('.', '')}"
+        site = tree / "usr" / "lib" / f"python{python}" / "site-packages" / "executorch"
+        assert (site / "extension" / "pybindings").is_dir(), site
+        listed = (out / "linux-64" / f"{tree.name}.install").read_text().splitlines()
+        assert listed and all(
+            line.startswith(f"usr/lib/python{python}/") or line.startswith("usr/bin/")
+            for line in listed
+        )
+    runtime = json.loads((out / "linux-64" / "executorch-runtime.json").read_text())
+    assert runtime["input"]["filename"] == release_wheels["linux-64"][0].name  # cp310's

@@ -5,10 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from splitter.errors import SplitterError
 from splitter.layout import Layout, make_layout
 from splitter.model import Plan, Rpath
 from splitter.output import atomic_output
@@ -36,11 +37,26 @@ class TreeBuilder:
     def build_release(
         self, release: Release, out: Path, progress: Progress | None = None
     ) -> list[Path]:
-        """Not yet: a release's trees need a layout per Python within one OUT."""
-        raise SplitterError(
-            f"--target tree takes one wheel for now, not a release of {len(release.inputs)}: "
-            "build each wheel's tree on its own, or use --target conda or wheel"
-        )
+        """OUT/<subdir>/: the shared packages' trees once (from the group's source wheel) and
+        each Python package's tree per input wheel, named <package>-py3XY, each with its own
+        site-packages and file lists; atomic."""
+        with atomic_output(out) as build:
+            for group in release.groups:
+                for plan in group.plans:
+                    layout = make_layout(
+                        plan.wheel, self.prefix, self.libdir, self.includedir, self.sitedir
+                    )
+                    python = "py{}{}".format(*plan.platform.python)
+                    names = {
+                        p.name: p.name if p.name in group.shared_packages else f"{p.name}-{python}"
+                        for p in plan.packages
+                        if plan is group.source or p.name not in group.shared_packages
+                    }
+                    _write_trees(
+                        plan, build / group.subdir, layout, self.rpath, progress, self.guard, names
+                    )
+            written = sorted(str(p.relative_to(build)) for p in build.glob("*/*") if p.is_file())
+        return [out / name for name in written]
 
 
 def build_tree(
@@ -52,18 +68,45 @@ def build_tree(
     guard: bool = False,
 ) -> list[Path]:
     """Write OUT/<package>/<prefix>/... and OUT/<package>.{install,files,json}; atomic."""
-    prefix = layout.prefix.strip("/")
     with atomic_output(out) as build:
-        staged = stage(plan, layout, lambda name: build / name / prefix, rpath, progress, guard)
-        for package in plan.packages:
-            files = staged.packages[package.name]
-            (build / f"{package.name}.install").write_text(install_list(files, prefix))
-            (build / f"{package.name}.files").write_text(rpm_files(plan, staged, package.name))
-            (build / f"{package.name}.json").write_text(
-                json.dumps(manifest(plan, staged, package.name), indent=2) + "\n"
-            )
+        _write_trees(
+            plan, build, layout, rpath, progress, guard, {p.name: p.name for p in plan.packages}
+        )
         written = sorted(p.name for p in build.iterdir())
     return [out / name for name in written]
+
+
+def _write_trees(
+    plan: Plan,
+    build: Path,
+    layout: Layout,
+    rpath: Rpath,
+    progress: Progress | None,
+    guard: bool,
+    names: dict[str, str],
+) -> None:
+    """Stage the plan under `build`: each package in `names` as build/<its name>/<prefix>
+    with its file lists; the others (staged too, for relocation's checks) are removed."""
+    prefix = layout.prefix.strip("/")
+    build.mkdir(parents=True, exist_ok=True)
+    discard = Path(tempfile.mkdtemp(prefix=".staged-", dir=build))
+    try:
+        root_of = {
+            p.name: build / names[p.name] / prefix if p.name in names else discard / p.name
+            for p in plan.packages
+        }
+        staged = stage(plan, layout, root_of.__getitem__, rpath, progress, guard)
+        for package in plan.packages:
+            if package.name not in names:
+                continue
+            name, files = names[package.name], staged.packages[package.name]
+            (build / f"{name}.install").write_text(install_list(files, prefix))
+            (build / f"{name}.files").write_text(rpm_files(plan, staged, package.name))
+            (build / f"{name}.json").write_text(
+                json.dumps(manifest(plan, staged, package.name), indent=2) + "\n"
+            )
+    finally:
+        shutil.rmtree(discard)
 
 
 def install_list(files: tuple[StagedFile, ...], prefix: str) -> str:
