@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import json
 import shutil
 import sys
@@ -12,14 +13,15 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from splitter.console import (
     compute_input,
+    make_table,
     out,
     progress_bar,
     show_plan,
     show_release,
+    show_summary,
     show_why,
 )
 from splitter.errors import SplitterError
@@ -77,9 +79,23 @@ class GlobalOptions:
     quiet: bool
 
 
+def _print_version(shown: bool) -> None:
+    if shown:
+        print(f"splitter {importlib.metadata.version('splitter')}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main_options(
-    ctx: typer.Context, traceback: TracebackOpt = False, quiet: QuietOpt = False
+    ctx: typer.Context,
+    traceback: TracebackOpt = False,
+    quiet: QuietOpt = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
 ) -> None:
     """splitter: one plan from the wheel and a recipe, rendered by small targets."""
     ctx.obj = GlobalOptions(quiet=quiet)
@@ -236,9 +252,9 @@ def build(
                 indent=2,
             )
         )
-    else:
-        for path in written:
-            out.print(str(path))
+    elif not quiet and not (ctx.obj.quiet if isinstance(ctx.obj, GlobalOptions) else False):
+        facts = result.groups[0].plans[0] if isinstance(result, Release) else result
+        show_summary(target.value, out_dir, written, facts)
 
 
 @app.command("verify")
@@ -275,7 +291,7 @@ def verify_command(
             )
         )
     else:
-        table = Table("check", "subject", "expected", "outcome", "status", "detail")
+        table = make_table("check", "subject", "expected", "outcome", "status", "detail")
         for c in checks:
             colour = {Status.PASS: "green", Status.FAIL: "red", Status.SKIP: "yellow"}[c.status]
             table.add_row(
@@ -316,7 +332,7 @@ def doctor(
     if as_json:
         print(json.dumps(diagnosis.to_json(), indent=2))
     else:
-        table = Table("library", "soname", "registry", "operators")
+        table = make_table("library", "soname", "registry", "operators")
         for library in diagnosis.libraries:
             table.add_row(library.path, library.soname, library.registry, str(library.operators))
         out.print(table)

@@ -4,6 +4,7 @@ tables; and compute_plan, which resolves the input and runs make_plan under that
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,8 +20,20 @@ from splitter.plan import make_plan
 from splitter.recipe import load_recipe
 from splitter.release import Release, make_release
 
-out = Console()
+# Output that is not a terminal (a pipe, a CI log) is never wrapped or cut: a wide virtual
+# width, and colour only on a terminal (rich also honours NO_COLOR).
+PIPE_WIDTH = 10_000
+out = Console() if sys.stdout.isatty() else Console(width=PIPE_WIDTH, soft_wrap=True)
 err = Console(stderr=True)
+
+
+def make_table(*headers: str) -> Table:
+    """A table whose cells fold whole words onto more lines rather than end in an ellipsis,
+    so a package name is never cut short."""
+    made = Table()
+    for header in headers:
+        made.add_column(header, overflow="fold")
+    return made
 
 
 @contextmanager
@@ -116,7 +129,7 @@ def show_release(release: Release) -> None:
         f"[bold]{release.project} {release.version}[/]: {len(release.inputs)} wheels, "
         f"{len(release.groups)} platform(s)"
     )
-    table = Table("package", "platform", "python", "from")
+    table = make_table("package", "platform", "python", "from")
     for group in release.groups:
         for name in group.shared_packages:
             table.add_row(name, group.subdir, "any", group.source.wheel.filename)
@@ -164,10 +177,10 @@ def show_plan(result: Plan) -> None:
     """Rich tables: one row per package, then the exclusivity verdicts."""
     wheel = result.wheel
     out.print(
-        f"[bold]{wheel.filename}[/] sha256 {wheel.sha256[:16]}… "
+        f"[bold]{wheel.filename}[/] sha256 {wheel.sha256} "
         f"{len(wheel.entries)} files, recipe {result.recipe.path.name}"
     )
-    table = Table("package", "files", "bytes", "depends", "external", "CMake components")
+    table = make_table("package", "files", "bytes", "depends", "external", "CMake components")
     for pkg in result.packages:
         table.add_row(
             pkg.name,
@@ -178,7 +191,7 @@ def show_plan(result: Plan) -> None:
             ", ".join(pkg.cmake_components) or "-",
         )
     out.print(table)
-    rules = Table("rule", "glob", "package", "reason")
+    rules = make_table("rule", "glob", "package", "reason")
     for rule in result.recipe.rules:
         rules.add_row(str(rule.index), "\n".join(rule.globs), rule.package, rule.reason)
     out.print(rules)
@@ -187,3 +200,70 @@ def show_plan(result: Plan) -> None:
         out.print(f"process-exclusive {verdict.first} / {verdict.second}: {state_text}")
         for line in verdict.evidence:
             out.print(f"  - {line}")
+
+
+def show_summary(target: str, out_dir: Path, written: list[Path], plan: Plan) -> None:
+    """After a build: one row per package built (its file, size, sibling dependencies and
+    process-exclusivity verdict; `plan` gives those facts, the same in every wheel of a
+    release), where the output is, and what to run next. `--json` lists every file."""
+    rows = make_table("package", "version", "file", "size", "depends on", "process-exclusive")
+    names: list[str] = []
+    for path in written:
+        if path.suffix in (".conda", ".whl"):
+            name = (
+                path.name.split("-")[0].replace("_", "-")
+                if path.suffix == ".whl"
+                else (path.name.rsplit("-", 2)[0])
+            )
+            size = path.stat().st_size
+            shown = path.name
+        elif path.suffix == ".json" and target == "tree":
+            manifest = json.loads(path.read_text())
+            name, shown = manifest["name"], str(path.with_suffix(""))
+            size = sum(int(f["size"]) for f in manifest["files"])
+        else:
+            continue
+        package = plan.package(name)
+        names.append(name)
+        rows.add_row(
+            name,
+            package.version,
+            shown,
+            f"{size / 1e6:.1f} MB",
+            ", ".join(d.name for d in package.depends) or "-",
+            _exclusive_state(plan, name),
+        )
+    out.print(rows)
+    out.print(f"output: {out_dir}")
+    for line in _next_steps(target, out_dir, written, sorted(set(names))):
+        out.print(line, highlight=False)
+
+
+def _exclusive_state(plan: Plan, name: str) -> str:
+    states = [
+        f"{'IN EFFECT' if v.in_effect else 'not in effect'} "
+        f"(with {v.second_package if v.first_package == name else v.first_package})"
+        for v in plan.exclusive
+        if name in (v.first_package, v.second_package)
+    ]
+    return "; ".join(states) or "-"
+
+
+def _next_steps(target: str, out_dir: Path, written: list[Path], names: list[str]) -> list[str]:
+    if target == "conda":
+        return [
+            f"next: conda install -c {out_dir} {' '.join(names)}",
+            f"  or: pixi add --channel {out_dir.absolute().as_uri()} {' '.join(names)}",
+        ]
+    if target == "wheel":
+        tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+        mine = [
+            str(p)
+            for p in written
+            if p.suffix == ".whl" and ("py3-none" in p.name or f"-{tag}-" in p.name)
+        ]
+        return [f"next: pip install {' '.join(mine)}"]
+    return [
+        f"next: debhelper reads {out_dir}/<package>.install, RPM's %files takes "
+        f"{out_dir}/<package>.files; <package>.json lists every file with its sha256"
+    ]

@@ -1,0 +1,72 @@
+"""The CLI as a packager meets it in a pipe or a CI log: a summary with whole names and paths,
+-q silent, --version."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGES = ("executorch-runtime", "executorch-kernels-quantized", "executorch-export")
+
+
+def splitter(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI with stdout a pipe, as in `splitter ... | cat`."""
+    return subprocess.run(
+        [sys.executable, "-m", "splitter", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd,
+        timeout=600,
+    )
+
+
+def test_version() -> None:
+    result = splitter("--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"splitter {importlib.metadata.version('splitter')}\n"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("target", ["wheel", "tree"])
+def test_build_summary_survives_a_pipe(real_wheel: Path, tmp_path: Path, target: str) -> None:
+    """Piped, the build ends with a row per package (whole names, whole file names), the
+    output directory and the next command; nothing is cut with an ellipsis, and every path
+    the next command names exists."""
+    out = tmp_path / "out"
+    result = splitter("build", str(real_wheel), "-t", target, "-o", str(out), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "…" not in result.stdout
+    for name in PACKAGES:
+        assert any(f" {name} " in line for line in lines), name
+    built = sorted(p.name for p in out.iterdir() if p.suffix == ".whl" or p.is_dir())
+    for name in built:
+        assert any(name in line for line in lines), name
+    assert f"output: {out}" in lines
+    (step,) = [line for line in lines if line.startswith("next: ")]
+    if target == "wheel":
+        named = step.removeprefix("next: pip install ").split()
+        assert len(named) == 3 and all(Path(p).is_file() for p in named)
+
+
+@pytest.mark.integration
+def test_quiet_build_prints_nothing(real_wheel: Path, tmp_path: Path) -> None:
+    """-q after the subcommand: no summary, no progress, exit 0, the output written."""
+    out = tmp_path / "out"
+    result = splitter("build", str(real_wheel), "-t", "wheel", "-o", str(out), "-q")
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    assert len(list(out.glob("*.whl"))) == 3
+
+
+@pytest.mark.integration
+def test_plan_tables_keep_whole_names_in_a_pipe(real_wheel: Path) -> None:
+    result = splitter("plan", str(real_wheel))
+    assert result.returncode == 0, result.stderr
+    assert "…" not in result.stdout
+    for name in PACKAGES:
+        assert f" {name} " in result.stdout
