@@ -25,6 +25,7 @@ from splitter.console import (
     show_why,
 )
 from splitter.errors import SplitterError
+from splitter.graph import GraphFormat, render_graph
 from splitter.model import CondaBackend, Rpath
 from splitter.release import Release
 from splitter.report import plan_json, release_json
@@ -119,6 +120,13 @@ def plan(
     ] = None,
     python: PythonOpt = None,
     platform: PlatformOpt = None,
+    graph: Annotated[
+        bool, typer.Option("--graph", help="Print the split as a Graphviz DOT graph.")
+    ] = False,
+    graph_format: Annotated[
+        GraphFormat | None,
+        typer.Option("--graph-format", help="Print the split as a graph in this format."),
+    ] = None,
     quiet: QuietOpt = False,
     traceback: TracebackOpt = False,
 ) -> None:
@@ -137,6 +145,9 @@ def plan(
         return
     if why is not None:
         show_why(result, why, as_json)
+        return
+    if graph or graph_format is not None:
+        sys.stdout.write(render_graph(result, graph_format or GraphFormat.DOT))
         return
     if as_json:
         sys.stdout.write(json.dumps(plan_json(result), indent=2, sort_keys=False) + "\n")

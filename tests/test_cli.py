@@ -70,3 +70,32 @@ def test_plan_tables_keep_whole_names_in_a_pipe(real_wheel: Path) -> None:
     assert "…" not in result.stdout
     for name in PACKAGES:
         assert f" {name} " in result.stdout
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("form", ["dot", "mermaid"])
+def test_plan_graph(real_wheel: Path, tmp_path: Path, form: str) -> None:
+    """`plan --graph` is DOT that Graphviz's own dot renders, naming the three packages and
+    the process-exclusive pair; `--graph-format mermaid` is a Mermaid flowchart of the same."""
+    import html
+    import shutil
+
+    args = ("--graph",) if form == "dot" else ("--graph-format", "mermaid")
+    result = splitter("plan", str(real_wheel), *args)
+    assert result.returncode == 0, result.stderr
+    if form == "mermaid":
+        assert result.stdout.startswith("flowchart LR\n")
+        assert all(f'["{name}"]' in result.stdout for name in PACKAGES)
+        assert '-. "process-exclusive: not in effect" .-' in result.stdout
+        return
+    dot = shutil.which("dot")
+    assert dot, "Graphviz's dot is not installed (.ci/run installs Debian's graphviz)"
+    rendered = subprocess.run(
+        [dot, "-Tsvg"], input=result.stdout, capture_output=True, text=True, check=False
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    svg = html.unescape(rendered.stdout)
+    assert all(f">{name}</text>" in svg for name in PACKAGES)
+    assert ">process-exclusive: not in effect</text>" in svg
+    assert ">libquantized_ops_aot_lib.so</text>" in svg
+    assert ">libexecutorch_kernels_quantized.so</text>" in svg
