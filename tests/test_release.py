@@ -240,6 +240,30 @@ def test_wheelhouse(release_wheels: dict[str, list[Path]], tmp_path: Path) -> No
     assert sorted(exports) == sorted(
         f"executorch_export-1.5.1-{p.name.split('-', 2)[2]}" for p in paths
     )
+    # runtime + kernels-quantized (x86_64) + the cp311 export, pip-installed together, run
+    # the model from C++ (the config in site-packages) and from Python (torch 2.13).
+    chosen = [
+        out / b for b in built if b.endswith("x86_64.whl") and ("py3-none" in b or "cp311" in b)
+    ]
+    assert len(chosen) == 3
+    site = tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index"]
+    subprocess.run([*pip, "--target", str(site), *map(str, chosen)], check=True)
+    config = site / "executorch" / "share" / "cmake"
+    built_consumer = build_consumer(
+        cmake_executable("3.28"), tmp_path / "c", config_dir=config, quantized=True
+    )
+    assert built_consumer.returncode == 0, built_consumer.output
+    run = run_model(built_consumer.runner, tmp_path / "out.bin")
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "out.bin").read_bytes() == expected_output()
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    env.pop("LD_LIBRARY_PATH", None)
+    python = subprocess.run(
+        [str(torch_python()), "-c", RUN_PTE, str(MODEL)], capture_output=True, env=env, check=False
+    )
+    assert python.returncode == 0, python.stderr.decode()
+    assert python.stdout == expected_output()
 
 
 def test_verify_runs_what_this_machine_can_and_says_what_it_skipped(channel: Path) -> None:
