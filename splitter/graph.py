@@ -24,6 +24,14 @@ def _edges(plan: Plan) -> list[tuple[str, str]]:
     return sorted({(b.path, provider[n]) for b in plan.binaries for n in b.needed if n in provider})
 
 
+def _clusters(plan: Plan) -> list[tuple[int, str, list[str]]]:
+    """(index, package name, its ELF files) for every package."""
+    return [
+        (i, package.name, [b.path for b in plan.binaries if plan.owners[b.path][0] == package.name])
+        for i, package in enumerate(plan.packages)
+    ]
+
+
 def _name(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 
@@ -42,12 +50,9 @@ def render_dot(plan: Plan) -> str:
         '  node [shape=box, fontname="Helvetica"];',
         f"  label={q(f'{plan.wheel.filename}: the split')};",
     ]
-    for index, package in enumerate(plan.packages):
-        lines.append(f"  subgraph cluster_{index} {{")
-        lines.append(f"    label={q(package.name)};")
-        for binary in plan.binaries:
-            if plan.owners[binary.path][0] == package.name:
-                lines.append(f"    {ids[binary.path]} [label={q(_name(binary.path))}];")
+    for index, name, files in _clusters(plan):
+        lines += [f"  subgraph cluster_{index} {{", f"    label={q(name)};"]
+        lines += [f"    {ids[path]} [label={q(_name(path))}];" for path in files]
         lines.append("  }")
     for source, target in _edges(plan):
         lines.append(f"  {ids[source]} -> {ids[target]};")
@@ -66,11 +71,9 @@ def render_mermaid(plan: Plan) -> str:
     """The split as a Mermaid flowchart."""
     ids = {b.path: f"n{i}" for i, b in enumerate(plan.binaries)}
     lines = ["flowchart LR"]
-    for index, package in enumerate(plan.packages):
-        lines.append(f'  subgraph p{index}["{package.name}"]')
-        for binary in plan.binaries:
-            if plan.owners[binary.path][0] == package.name:
-                lines.append(f'    {ids[binary.path]}["{_name(binary.path)}"]')
+    for index, name, files in _clusters(plan):
+        lines.append(f'  subgraph p{index}["{name}"]')
+        lines += [f'    {ids[path]}["{_name(path)}"]' for path in files]
         lines.append("  end")
     for source, target in _edges(plan):
         lines.append(f"  {ids[source]} --> {ids[target]}")

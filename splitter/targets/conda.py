@@ -133,23 +133,13 @@ def _build(
     plan: Plan, out: Path, progress: Progress | None, *, options: CondaOptions, workers: Workers
 ) -> list[Path]:
     subdir = plan.platform.conda_subdir
-    layout = conda_layout(plan)
     builds = {p.name: build_string(plan, p) for p in plan.packages}
     need = sum(p.bytes for p in plan.packages)
     backend = options.backend
     with atomic_output(out) as build, scratch_dir(need) as work:
         try:
             workers.shrink(min(options.jobs, len(plan.packages)) - 1)
-            staged = stage(
-                plan,
-                layout,
-                work.joinpath("stage").joinpath,
-                Rpath.RELATIVE,
-                progress,
-                options.guard,
-            )
-            write_recipes(plan, staged, build / "recipes", builds)
-            release_freed_memory()
+            staged = _stage(plan, work, build / "recipes", builds, options, progress)
             (build / subdir).mkdir()
             records = None
             if backend == CondaBackend.ASSEMBLE:
@@ -294,18 +284,8 @@ def build_conda_release(
                     python = "py{}{}".format(*plan.platform.python)
                     need = sum(p.bytes for p in plan.packages)
                     with scratch_dir(need) as work:
-                        staged = stage(
-                            plan,
-                            conda_layout(plan),
-                            work.joinpath("stage").joinpath,
-                            Rpath.RELATIVE,
-                            progress,
-                            options.guard,
-                        )
-                        write_recipes(
-                            plan, staged, build / "recipes" / group.subdir / python, builds
-                        )
-                        release_freed_memory()
+                        recipes = build / "recipes" / group.subdir / python
+                        staged = _stage(plan, work, recipes, builds, options, progress)
                         records |= assemble_all(
                             plan,
                             staged,
@@ -325,6 +305,23 @@ def build_conda_release(
             raise
         written = sorted(str(p.relative_to(build)) for p in build.rglob("*") if p.is_file())
     return [out / name for name in written]
+
+
+def _stage(
+    plan: Plan,
+    work: Path,
+    recipes: Path,
+    builds: dict[str, str],
+    options: CondaOptions,
+    progress: Progress | None,
+) -> Staged:
+    """Stage the plan's packages under work/stage/<package> as a conda prefix and write their
+    rebuild recipes to `recipes`."""
+    root = work / "stage"
+    staged = stage(plan, conda_layout(plan), root.joinpath, Rpath.RELATIVE, progress, options.guard)
+    write_recipes(plan, staged, recipes, builds)
+    release_freed_memory()  # staging's buffers, before the packages are compressed
+    return staged
 
 
 def _check_assembled(name: str, result: Assembled) -> None:
