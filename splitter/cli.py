@@ -40,7 +40,8 @@ from splitter.targets.tree import TreeBuilder
 from splitter.targets.wheel import WheelBuilder
 
 app = typer.Typer(
-    add_completion=False,
+    add_completion=True,  # --install-completion, --show-completion (bash, zsh, fish)
+    rich_markup_mode=None,  # plain click help: flags shown as flags, no boxes in a pipe
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     help="Split the ExecuTorch wheel into runtime, quantized-kernel and export packages.",
@@ -206,7 +207,7 @@ def build(
         typer.Option(
             min=1,
             help="conda: processes packaging at once, the build's own included "
-            "(1 saves ~30 MB, costs ~0.6 s).",
+            "(1: slower, less memory).",
         ),
     ] = WORKERS,
     guard: Annotated[

@@ -31,6 +31,17 @@ def test_version() -> None:
     assert result.stdout == f"splitter {importlib.metadata.version('splitter')}\n"
 
 
+def test_help_shows_flags_as_flags() -> None:
+    """Boolean options read as flags in --help (no `<bool>` value), and every choice of an
+    option with choices is listed."""
+    result = splitter("build", "--help")
+    assert result.returncode == 0, result.stderr
+    assert "<bool>" not in result.stdout
+    lines = [line.strip() for line in result.stdout.splitlines()]
+    assert any(line.startswith("--guard ") for line in lines)
+    assert "<assemble|rattler-build|conda-build>" in result.stdout
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("target", ["wheel", "tree"])
 def test_build_summary_survives_a_pipe(real_wheel: Path, tmp_path: Path, target: str) -> None:
