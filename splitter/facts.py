@@ -5,6 +5,7 @@ conda's names."""
 
 from __future__ import annotations
 
+import os
 import re
 
 from packaging.markers import default_environment
@@ -16,6 +17,11 @@ from splitter.model import Platform, Recipe, WheelInfo
 # manylinux machine -> conda subdir
 SUBDIRS = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
 LEGACY_GLIBC = {"manylinux2014": "2.17", "manylinux2010": "2.12", "manylinux1": "2.5"}
+
+
+def machine_subdir() -> str:
+    """The conda subdir of the machine splitter runs on ("" when splitter builds none for it)."""
+    return SUBDIRS.get(os.uname().machine, "")
 
 
 def decide_platform(wheel: WheelInfo) -> Platform:

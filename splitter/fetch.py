@@ -16,6 +16,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from splitter.errors import ExternalToolError, InvalidWheel
+from splitter.facts import machine_subdir
 from splitter.model import Recipe
 
 CACHE_ENV = "SPLITTER_CACHE"
@@ -91,7 +92,7 @@ def resolve_inputs(
             else [resolve_input(None, recipe)]
         )
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
-    machine = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}.get(os.uname().machine, "")
+    machine = machine_subdir()
     targets = wheel_targets(pythons or here, platforms or machine)
     found: list[Path] = []
     for spec in specs or [f"{recipe.project}=={recipe.default_version}"]:

@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from splitter.verify.install import EXPORT
-
-MACHINES = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
-
-
-def machine_subdir() -> str:
-    """The conda subdir of this machine ("" when splitter builds none for it)."""
-    return MACHINES.get(os.uname().machine, "")
 
 
 def release_exports(out: Path) -> dict[str, list[Path]] | None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from splitter.errors import SplitterError
+from splitter.facts import machine_subdir
 from splitter.verify.coload import Outcome, coload_items, coload_matrix
 from splitter.verify.consumer import (
     MISSING_QUANTIZED,
@@ -23,7 +24,7 @@ from splitter.verify.consumer import (
     run_model_python,
 )
 from splitter.verify.install import QUANTIZED, RUNTIME, Installed, install
-from splitter.verify.release import machine_subdir, python_of, release_exports
+from splitter.verify.release import python_of, release_exports
 
 
 class Status(StrEnum):
