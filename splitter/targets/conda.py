@@ -187,8 +187,8 @@ def assemble_all(
 
     Only the largest package, the last to finish, is compressed with `threads` threads; the
     others are compressed in-line (zstd's single-threaded mode: 0), beside it and on the
-    other core. zstd's multi-threaded mode costs about 50 MB more per package (export: 98
-    against 47 MB, measured), so one package pays it, not every package at once. The thread
+    other core. zstd's multi-threaded mode needs buffers of its own per package
+    (docs/performance.md), so one package pays for them, not every package at once. The thread
     count belongs to the package, not to the process packing it, so the bytes do not depend
     on --jobs or on which process took which package. `only` packs those of the plan's
     packages alone; `inputs` are the wheels of a release a shared package stands for."""
