@@ -19,6 +19,7 @@ from splitter.console import (
     make_table,
     out,
     progress_bar,
+    show_diagnosis,
     show_plan,
     show_release,
     show_summary,
@@ -324,36 +325,50 @@ def doctor(
     pid: Annotated[
         int | None, typer.Option(help="A running process: its mapped libraries.")
     ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="A `splitter build` output (one wheel's or a release's): each environment "
+            "a user would install from it.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
     traceback: TracebackOpt = False,
 ) -> None:
     """Find libraries that register ExecuTorch kernels and copies that would (or do) collide."""
     from splitter.doctor import diagnose_binary, diagnose_pid, diagnose_prefix
+    from splitter.doctoroutput import diagnose_output
 
-    chosen = [x for x in (prefix, binary, pid) if x is not None]
+    chosen = [x for x in (prefix, binary, pid, output) if x is not None]
     if len(chosen) != 1:
-        raise SplitterError("doctor needs exactly one of --prefix DIR, --binary FILE or --pid N")
-    if prefix is not None:
-        diagnosis = diagnose_prefix(prefix)
+        raise SplitterError(
+            "doctor needs exactly one of --prefix DIR, --binary FILE, --pid N or --output DIR"
+        )
+    if output is not None:
+        diagnoses = diagnose_output(output)
+    elif prefix is not None:
+        diagnoses = [diagnose_prefix(prefix)]
     elif binary is not None:
-        diagnosis = diagnose_binary(binary)
+        diagnoses = [diagnose_binary(binary)]
     else:
         assert pid is not None
-        diagnosis = diagnose_pid(pid)
+        diagnoses = [diagnose_pid(pid)]
+    ok = all(d.ok for d in diagnoses)
     if as_json:
-        print(json.dumps(diagnosis.to_json(), indent=2))
+        if output is None:
+            print(json.dumps(diagnoses[0].to_json(), indent=2))
+        else:
+            environments = [d.to_json() for d in diagnoses]
+            print(
+                json.dumps(
+                    {"output": str(output), "ok": ok, "environments": environments}, indent=2
+                )
+            )
     else:
-        table = make_table("library", "soname", "registry", "operators")
-        for library in diagnosis.libraries:
-            table.add_row(library.path, library.soname, library.registry, str(library.operators))
-        out.print(table)
-        for hazard in diagnosis.hazards:
-            out.print(f"[red]hazard[/] {hazard.kind}: {hazard.message}", highlight=False)
-        for link in diagnosis.unresolved:
-            out.print(f"[yellow]unresolved[/] {link.source} NEEDS {link.needed}")
-        for note in diagnosis.notes:
-            out.print(f"note: {note}")
-        out.print("no hazards" if diagnosis.ok else f"{len(diagnosis.hazards)} hazard(s)")
-    if not diagnosis.ok:
+        for diagnosis in diagnoses:
+            show_diagnosis(diagnosis, heading=output is not None)
+    if not ok:
         raise typer.Exit(1)

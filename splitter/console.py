@@ -8,6 +8,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -19,6 +20,9 @@ from splitter.model import Plan, Recipe
 from splitter.plan import make_plan
 from splitter.recipe import load_recipe
 from splitter.release import Release, make_release
+
+if TYPE_CHECKING:  # doctor loads only when used
+    from splitter.doctor import Diagnosis
 
 # Output that is not a terminal (a pipe, a CI log) is never wrapped or cut: a wide virtual
 # width, and colour only on a terminal (rich also honours NO_COLOR).
@@ -267,3 +271,20 @@ def _next_steps(target: str, out_dir: Path, written: list[Path], names: list[str
         f"next: debhelper reads {out_dir}/<package>.install, RPM's %files takes "
         f"{out_dir}/<package>.files; <package>.json lists every file with its sha256"
     ]
+
+
+def show_diagnosis(diagnosis: Diagnosis, heading: bool = False) -> None:
+    """`splitter doctor`'s table of registry files, its hazards and notes."""
+    if heading:
+        out.print(f"environment {diagnosis.target}", highlight=False)
+    table = make_table("library", "soname", "registry", "operators")
+    for library in diagnosis.libraries:
+        table.add_row(library.path, library.soname, library.registry, str(library.operators))
+    out.print(table)
+    for hazard in diagnosis.hazards:
+        out.print(f"[red]hazard[/] {hazard.kind}: {hazard.message}", highlight=False)
+    for link in diagnosis.unresolved:
+        out.print(f"[yellow]unresolved[/] {link.source} NEEDS {link.needed}")
+    for note in diagnosis.notes:
+        out.print(f"note: {note}")
+    out.print("no hazards" if diagnosis.ok else f"{len(diagnosis.hazards)} hazard(s)")

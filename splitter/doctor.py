@@ -99,15 +99,23 @@ def diagnose_prefix(prefix: Path) -> Diagnosis:
         raise DoctorError(
             f"not a conda prefix or virtual environment (no lib/ directory): {prefix}"
         )
+    return diagnose_dirs("prefix", str(root), [lib], sorted(lib.glob("python*/site-packages")))
+
+
+def diagnose_dirs(mode: str, target: str, libdirs: list[Path], sitedirs: list[Path]) -> Diagnosis:
+    """The shared objects directly in `libdirs` and anywhere under `sitedirs`: which own or use
+    an ExecuTorch registry, and which would clash if loaded into one process."""
     try:
-        candidates = [p for p in sorted(lib.iterdir()) if SHARED_OBJECT.search(p.name)]
-        for site in sorted(lib.glob("python*/site-packages")):
+        candidates = [
+            p for d in libdirs for p in sorted(d.iterdir()) if SHARED_OBJECT.search(p.name)
+        ]
+        for site in sitedirs:
             candidates += sorted(p for p in site.rglob("*") if SHARED_OBJECT.search(p.name))
     except OSError as exc:
         raise DoctorError(f"cannot list the prefix ({exc.strerror}): {exc.filename}") from None
     notes: list[str] = []
     found = _registry_files(candidates, notes)
-    return _diagnosis("prefix", str(root), found, "would meet if loaded into one process", notes)
+    return _diagnosis(mode, target, found, "would meet if loaded into one process", notes)
 
 
 def diagnose_pid(pid: int) -> Diagnosis:

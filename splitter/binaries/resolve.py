@@ -16,15 +16,17 @@ def find_unresolved(
     allowed: frozenset[str],
     default_dirs: tuple[str, ...] = (),
     elves: frozenset[str] | None = None,
+    elsewhere: frozenset[str] = frozenset(),
 ) -> list[str]:
     """Every `file NEEDS name` not found via RUNPATH (or `default_dirs`) in the union of trees.
 
     `files` maps prefix-relative paths of the installed union to real files; `allowed` are
     system and mapped external sonames, which the target system provides. `elves` are the
     paths already known to be ELF (the plan read every file's magic); without it, every file
-    is opened to read its magic.
+    is opened to read its magic. `elsewhere` are installed paths whose files were staged (and
+    checked) in another tree: they satisfy a NEEDED but are not read.
     """
-    present = set(files)
+    present = set(files) | elsewhere
     problems = []
     for relative, real in sorted(files.items()):
         if elves is not None:
@@ -58,9 +60,10 @@ def check_resolved(
     allowed: frozenset[str],
     default_dirs: tuple[str, ...] = (),
     elves: frozenset[str] | None = None,
+    elsewhere: frozenset[str] = frozenset(),
 ) -> None:
     """Raise BinaryError naming every staged file whose NEEDED does not resolve."""
-    problems = find_unresolved(files, allowed, default_dirs, elves)
+    problems = find_unresolved(files, allowed, default_dirs, elves, elsewhere)
     if problems:
         lines = "\n".join(f"  {p}" for p in problems)
         raise BinaryError(

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import sysconfig
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,7 +20,7 @@ from splitter.layout import Layout, default_sitedir
 from splitter.model import CondaBackend, PackagePlan, Plan, Rpath
 from splitter.output import atomic_output
 from splitter.payload import Payload
-from splitter.release import Release
+from splitter.release import PlatformGroup, Release
 from splitter.report import exclusivity_record
 from splitter.scratch import scratch_dir
 from splitter.targets.assemble import (
@@ -37,7 +38,8 @@ from splitter.targets.condameta import (
     conda_depends,
     run_exports,
 )
-from splitter.targets.recipes import write_recipes
+from splitter.targets.recipes import write_recipes, write_support
+from splitter.targets.releaserecipe import Variant, support_folders, write_release_recipe
 from splitter.targets.stage import Progress, Staged, stage
 from splitter.targets.workers import WorkerDied, Workers, die_with_parent
 
@@ -139,7 +141,8 @@ def _build(
     with atomic_output(out) as build, scratch_dir(need) as work:
         try:
             workers.shrink(min(options.jobs, len(plan.packages)) - 1)
-            staged = _stage(plan, work, build / "recipes", builds, options, progress)
+            staged = _stage(plan, work, options, progress)
+            write_recipes(plan, staged, build / "recipes", builds)
             (build / subdir).mkdir()
             records = None
             if backend == CondaBackend.ASSEMBLE:
@@ -180,6 +183,7 @@ def assemble_all(
     progress: Progress | None,
     only: Sequence[PackagePlan] | None = None,
     inputs: tuple[tuple[str, str], ...] = (),
+    local: bool = True,
 ) -> dict[str, dict[str, object]]:
     """One .conda per package with rattler-build's assembler and the info additions (largest
     first, to the workers, the build taking the next one whenever they are all busy);
@@ -191,7 +195,8 @@ def assemble_all(
     (docs/performance.md), so one package pays for them, not every package at once. The thread
     count belongs to the package, not to the process packing it, so the bytes do not depend
     on --jobs or on which process took which package. `only` packs those of the plan's
-    packages alone; `inputs` are the wheels of a release a shared package stands for."""
+    packages alone; `inputs` are the wheels of a release a shared package stands for; without
+    `local` the workers alone pack (the build process is staging the next wheel)."""
     layout = staged.layout
     timestamp = datetime.fromtimestamp(plan.wheel.timestamp, tz=UTC)
     licenses = tuple(str(p) for p in _extract_licenses(plan, work / "licenses"))
@@ -222,7 +227,7 @@ def assemble_all(
     ]
     records: dict[str, dict[str, object]] = {}
     try:
-        for done, (index, result) in enumerate(pool.run(assemble, jobs, local=True), start=1):
+        for done, (index, result) in enumerate(pool.run(assemble, jobs, local=local), start=1):
             package = packages[index]
             _check_assembled(package.name, result)
             records[Path(result.path).name] = json.loads(result.record)
@@ -257,13 +262,14 @@ def build_conda_release(
 ) -> list[Path]:
     """A release's channel in OUT: per subdir, one build of each Python-independent package
     (from the group's source wheel) and one export build per Python, each pinning exactly the
-    shared builds of its subdir; repodata per subdir; the rebuild recipes of each input wheel
-    under recipes/<subdir>/<python>/. One wheel's scratch at a time, so memory does not grow
-    with the number of wheels."""
+    shared builds of its subdir; repodata per subdir; the subdir's rattler-build recipe with a
+    variant per Python under recipes/<subdir>/rattler-build/ (splitter.targets.releaserecipe).
+    One wheel's scratch at a time, so memory does not grow with the number of wheels."""
     if options.backend != CondaBackend.ASSEMBLE:
         raise SplitterError(
-            f"a release is packaged with --backend assemble, not {options.backend}: the "
-            "recipes of each wheel are written under OUT/recipes/ for a rebuild"
+            f"a release is packaged with --backend assemble, not {options.backend}: its "
+            "rattler-build recipe (a variant per Python) is written under OUT/recipes/<subdir>/ "
+            "for a rebuild"
         )
     with contextlib.ExitStack() as stack:
         if workers is None:
@@ -271,35 +277,7 @@ def build_conda_release(
         build = stack.enter_context(atomic_output(out))
         try:
             for group in release.groups:
-                source = group.source
-                shared = {
-                    name: build_string(source, source.package(name))
-                    for name in group.shared_packages
-                }
-                records: dict[str, dict[str, object]] = {}
-                (build / group.subdir).mkdir()
-                for plan in group.plans:
-                    builds = {p.name: build_string(plan, p) for p in plan.packages} | shared
-                    mine = [p for p in plan.packages if plan is source or p.name not in shared]
-                    python = "py{}{}".format(*plan.platform.python)
-                    need = sum(p.bytes for p in plan.packages)
-                    with scratch_dir(need) as work:
-                        recipes = build / "recipes" / group.subdir / python
-                        staged = _stage(plan, work, recipes, builds, options, progress)
-                        records |= assemble_all(
-                            plan,
-                            staged,
-                            build / group.subdir,
-                            builds,
-                            work,
-                            options.compression_level,
-                            options.threads,
-                            workers,
-                            progress,
-                            only=mine,
-                            inputs=group.inputs if plan is source else (),
-                        )
-                index_channel(build, group.subdir, records)
+                _build_group(group, build, options, progress, workers)
         except BaseException:
             workers.kill()  # before the scratch they write into goes
             raise
@@ -307,19 +285,84 @@ def build_conda_release(
     return [out / name for name in written]
 
 
+def _build_group(
+    group: PlatformGroup,
+    build: Path,
+    options: CondaOptions,
+    progress: Progress | None,
+    workers: Workers,
+) -> None:
+    """One subdir of a release's channel: its packages, repodata and recipe.
+
+    A pipeline of two wheels: while the workers pack one wheel's packages (a helper thread
+    waits for them, holding no GIL), the build process stages the next wheel. So at most two
+    wheels' scratch directories exist at once, and the build process never packs (rattler-
+    build holds the GIL while it packs, which would stall the staging). Without workers
+    (--jobs 1) the wheels are staged and packed in turn."""
+    source = group.source
+    shared = {name: build_string(source, source.package(name)) for name in group.shared_packages}
+    records: dict[str, dict[str, object]] = {}
+    recipe = build / "recipes" / group.subdir / "rattler-build"
+    variants = []
+    (build / group.subdir).mkdir()
+    pipeline = workers.count > 0
+    # The packer is shut down (waiting for its wheel) before any scratch directory goes.
+    with contextlib.ExitStack() as scratches, ThreadPoolExecutor(max_workers=1) as packer:
+        pending: tuple[Future[dict[str, dict[str, object]]], contextlib.ExitStack] | None = None
+        for plan in group.plans:
+            variant = Variant(
+                plan=plan, builds={p.name: build_string(plan, p) for p in plan.packages} | shared
+            )
+            variants.append(variant)
+            mine = [p for p in plan.packages if plan is source or p.name not in shared]
+            scratch = contextlib.ExitStack()
+            scratches.enter_context(scratch)  # removed at the latest when the group ends
+            work = scratch.enter_context(scratch_dir(sum(p.bytes for p in mine)))
+            staged = _stage(plan, work, options, progress, frozenset(p.name for p in mine))
+            write_support(
+                plan, staged, recipe, support_folders(variant, tuple(shared), plan is source)
+            )
+            if pending is not None:
+                records |= pending[0].result()
+                pending[1].close()
+            job = packer.submit(
+                assemble_all,
+                plan,
+                staged,
+                build / group.subdir,
+                dict(variant.builds),
+                work,
+                options.compression_level,
+                options.threads,
+                workers,
+                progress,
+                only=mine,
+                inputs=group.inputs if plan is source else (),
+                local=not pipeline,
+            )
+            pending = (job, scratch)
+            if not pipeline:
+                records |= job.result()
+                scratch.close()
+                pending = None
+        if pending is not None:
+            records |= pending[0].result()
+    write_release_recipe(variants, group.shared_packages, recipe)
+    index_channel(build, group.subdir, records)
+
+
 def _stage(
     plan: Plan,
     work: Path,
-    recipes: Path,
-    builds: dict[str, str],
     options: CondaOptions,
     progress: Progress | None,
+    only: frozenset[str] | None = None,
 ) -> Staged:
-    """Stage the plan's packages under work/stage/<package> as a conda prefix and write their
-    rebuild recipes to `recipes`."""
+    """Stage the plan's packages (or `only` those) under work/stage/<package> as a conda
+    prefix."""
     root = work / "stage"
-    staged = stage(plan, conda_layout(plan), root.joinpath, Rpath.RELATIVE, progress, options.guard)
-    write_recipes(plan, staged, recipes, builds)
+    layout = conda_layout(plan)
+    staged = stage(plan, layout, root.joinpath, Rpath.RELATIVE, progress, options.guard, only)
     release_freed_memory()  # staging's buffers, before the packages are compressed
     return staged
 

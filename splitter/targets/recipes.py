@@ -69,14 +69,25 @@ def q(value: str) -> str:
     return json.dumps(value)
 
 
-def write_support(plan: Plan, staged: Staged, directory: Path) -> None:
-    """install.sh and, per package, files.tsv, runpath.tsv and generated/ (shared by both)."""
+def write_support(
+    plan: Plan,
+    staged: Staged,
+    directory: Path,
+    folders: dict[str, str] | None = None,
+) -> None:
+    """install.sh and, per package, files.tsv, runpath.tsv and generated/ (shared by both).
+    `folders` names the support folder of each package to write (default: every package,
+    in a folder named after it); a release gives each Python package one per Python."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "install.sh").write_text(INSTALL_SH)
     (directory / "install.sh").chmod(0o755)
+    if folders is None:
+        folders = {p.name: p.name for p in plan.packages}
     for package in plan.packages:
-        folder = directory / package.name
-        folder.mkdir()
+        if package.name not in folders:
+            continue
+        folder = directory / folders[package.name]
+        folder.mkdir(parents=True)
         rows, runpaths = [], []
         for item in staged.packages[package.name]:
             source = item.source

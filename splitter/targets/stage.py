@@ -10,7 +10,7 @@ import os
 import posixpath
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
@@ -44,6 +44,14 @@ class Staged:
     layout: Layout
     packages: Mapping[str, tuple[StagedFile, ...]]  # read-only, as are the mappings below
     runpaths: Mapping[str, tuple[str, ...]]  # installed path of each shipped ELF -> its RUNPATH
+    # package not staged here (stage's `only`) -> the installed paths of its wheel files
+    elsewhere: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+
+    def paths(self, package: str) -> tuple[str, ...]:
+        """The installed paths of `package`, staged here or not."""
+        if package in self.packages:
+            return tuple(f.path for f in self.packages[package])
+        return self.elsewhere[package]
 
 
 def stage(
@@ -53,9 +61,14 @@ def stage(
     rpath: Rpath = Rpath.RELATIVE,
     progress: Progress | None = None,
     guard: bool = False,
+    only: frozenset[str] | None = None,
 ) -> Staged:
     """Write each package under `root_of(package)` (the prefix directory), then relocate.
-    Files come from the wheel, verified against the plan's digests (splitter.payload)."""
+    Files come from the wheel, verified against the plan's digests (splitter.payload).
+
+    `only` stages those packages alone (a release stages its Python-independent packages
+    once, from one wheel): the others' files count as installed where the layout puts them,
+    so the resolver still sees the libraries they provide, but are not written."""
     if rpath == Rpath.STRIP and not layout.system_libdir():
         raise SplitterError(
             f"--rpath strip needs a libdir the dynamic linker searches by default, not "
@@ -69,12 +82,17 @@ def stage(
     }
     entries = {e.path: e for e in plan.wheel.entries}
     replaced, added = guard_files(plan) if guard else ({}, {})
-    staged: dict[str, list[StagedFile]] = {p.name: [] for p in plan.packages}
+    wanted = [p for p in plan.packages if only is None or p.name in only]
+    staged: dict[str, list[StagedFile]] = {p.name: [] for p in wanted}
     jobs: list[tuple[str, str]] = []
     elf_paths = {b.path for b in plan.binaries}
-    roots = {p.name: str(root_of(p.name)) for p in plan.packages}
+    roots = {p.name: str(root_of(p.name)) for p in wanted}
+    elsewhere: dict[str, list[str]] = {}  # package not staged here -> its installed paths
     for path, dest in sorted(destinations.items()):
         owner = plan.owners[path][0]
+        if owner not in staged:
+            elsewhere.setdefault(owner, []).append(dest)
+            continue
         # A fresh root: no links to follow. Strings, not Path joins: one join per wheel file,
         # where pathlib's per-object cost would be a large share of staging.
         joined = f"{roots[owner]}/{check_member_name(dest)}"
@@ -93,13 +111,15 @@ def stage(
 
     for path, data in added.items():
         owner = plan.owners[posixpath.join(posixpath.dirname(path), "__init__.py")][0]
+        if owner not in staged:
+            continue
         dest = install_path(path, layout, plan.wheel.dist_info)
         assert dest is not None
         real = safe_join(root_of(owner), dest)
         real.write_bytes(data)
         staged[owner].append(StagedFile(path=dest, real=str(real), executable=False))
 
-    for package in plan.packages:
+    for package in wanted:
         for dest, text, executable in generated_files(plan, package, layout):
             real = safe_join(root_of(package.name), dest)
             make_parents(real)
@@ -108,14 +128,15 @@ def stage(
                 StagedFile(path=dest, real=str(real), executable=executable)
             )
 
-    runpaths = relocate(plan, layout, destinations, root_of, rpath)
+    runpaths = relocate(plan, layout, destinations, root_of, rpath, frozenset(staged))
     union = {f.path: f.real for files in staged.values() for f in files}
     allowed = frozenset(plan.recipe.system_sonames) | frozenset(
         s for e in plan.recipe.externals for s in e.sonames
     )
     default_dirs = (layout.libdir,) if rpath == Rpath.STRIP else ()
-    elves = frozenset(destinations[b.path] for b in plan.binaries)
-    check_resolved(union, allowed, default_dirs, elves)
+    elves = frozenset(destinations[b.path] for b in plan.binaries) & union.keys()
+    installed_elsewhere = frozenset(d for paths in elsewhere.values() for d in paths)
+    check_resolved(union, allowed, default_dirs, elves, installed_elsewhere)
     for files in staged.values():
         for item in files:
             os.chmod(item.real, 0o755 if item.executable else 0o644)
@@ -126,6 +147,7 @@ def stage(
             {name: tuple(sorted(files, key=lambda f: f.path)) for name, files in staged.items()}
         ),
         runpaths=MappingProxyType(runpaths),
+        elsewhere=MappingProxyType({name: tuple(paths) for name, paths in elsewhere.items()}),
     )
 
 
@@ -156,14 +178,18 @@ def relocate(
     destinations: dict[str, str],
     root_of: Callable[[str], Path],
     rpath: Rpath,
+    packages: frozenset[str],
 ) -> dict[str, tuple[str, ...]]:
-    """Give every shipped ELF a RUNPATH that reaches its NEEDED files in the new layout."""
+    """Give every shipped ELF of `packages` a RUNPATH that reaches its NEEDED files in the
+    new layout."""
     written: dict[str, tuple[str, ...]] = {}
     targets = {b.provides: destinations[b.path] for b in plan.binaries}
     externals = frozenset(s for e in plan.recipe.externals for s in e.sonames)
     site_dirs = tuple(d for e in plan.recipe.externals for d in e.site_dirs)
     ext_dirs = external_dirs(site_dirs, layout.sitedir, layout.libdir)
     for binary in plan.binaries:
+        if plan.owners[binary.path][0] not in packages:
+            continue
         dest = destinations[binary.path]
         runpath = runpath_for(binary, dest, targets, ext_dirs, externals)
         if rpath == Rpath.STRIP:
@@ -174,7 +200,7 @@ def relocate(
     files = {
         dest: root_of(plan.owners[b.path][0]) / dest
         for b in plan.binaries
-        if (dest := destinations[b.path])
+        if (dest := destinations[b.path]) in written
     }
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:  # one patchelf process per file
         list(pool.map(lambda dest: set_runpath(files[dest], written[dest]), sorted(written)))

@@ -5,8 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,28 +83,21 @@ def _write_trees(
     guard: bool,
     names: dict[str, str],
 ) -> None:
-    """Stage the plan under `build`: each package in `names` as build/<its name>/<prefix>
-    with its file lists; the others (staged too, for relocation's checks) are removed."""
+    """Stage the packages in `names` under `build`, each as build/<its name>/<prefix> with
+    its file lists (the others are not written: splitter.targets.stage's `only`)."""
     prefix = layout.prefix.strip("/")
     build.mkdir(parents=True, exist_ok=True)
-    discard = Path(tempfile.mkdtemp(prefix=".staged-", dir=build))
-    try:
-        root_of = {
-            p.name: build / names[p.name] / prefix if p.name in names else discard / p.name
-            for p in plan.packages
-        }
-        staged = stage(plan, layout, root_of.__getitem__, rpath, progress, guard)
-        for package in plan.packages:
-            if package.name not in names:
-                continue
-            name, files = names[package.name], staged.packages[package.name]
-            (build / f"{name}.install").write_text(install_list(files, prefix))
-            (build / f"{name}.files").write_text(rpm_files(plan, staged, package.name))
-            (build / f"{name}.json").write_text(
-                json.dumps(manifest(plan, staged, package.name), indent=2) + "\n"
-            )
-    finally:
-        shutil.rmtree(discard)
+    root_of = {name: build / names[name] / prefix for name in names}
+    staged = stage(plan, layout, root_of.__getitem__, rpath, progress, guard, frozenset(names))
+    for package in plan.packages:
+        if package.name not in names:
+            continue
+        name, files = names[package.name], staged.packages[package.name]
+        (build / f"{name}.install").write_text(install_list(files, prefix))
+        (build / f"{name}.files").write_text(rpm_files(plan, staged, package.name))
+        (build / f"{name}.json").write_text(
+            json.dumps(manifest(plan, staged, package.name), indent=2) + "\n"
+        )
 
 
 def install_list(files: tuple[StagedFile, ...], prefix: str) -> str:
@@ -114,10 +105,10 @@ def install_list(files: tuple[StagedFile, ...], prefix: str) -> str:
     return "".join(f"{posixpath.join(prefix, f.path)}\n" for f in files)
 
 
-def _directories(files: tuple[StagedFile, ...]) -> set[str]:
+def _directories(paths: tuple[str, ...]) -> set[str]:
     dirs: set[str] = set()
-    for item in files:
-        parent = posixpath.dirname(item.path)
+    for path in paths:
+        parent = posixpath.dirname(path)
         while parent:
             dirs.add(parent)
             parent = posixpath.dirname(parent)
@@ -142,8 +133,8 @@ def rpm_files(plan: Plan, staged: Staged, name: str) -> str:
     package = plan.package(name)
     theirs: set[str] = set()
     for dep in package.depends:
-        theirs |= _directories(staged.packages[dep.name])
-    mine = _directories(staged.packages[name]) - standard - theirs
+        theirs |= _directories(staged.paths(dep.name))
+    mine = _directories(staged.paths(name)) - standard - theirs
     root = "/" + layout.prefix.strip("/")
     lines = [f"%files -n {name}"]
     lines += [f"%dir {posixpath.join(root, d)}" for d in sorted(mine)]

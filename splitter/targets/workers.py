@@ -90,6 +90,11 @@ class Workers:
                         raise result
                     yield index, result
 
+    @property
+    def count(self) -> int:
+        """How many worker processes there are (the build's own not counted)."""
+        return len(self._processes)
+
     def shrink(self, count: int) -> None:
         """Let all but `count` workers exit (a build with fewer jobs than workers)."""
         surplus, self._processes = self._processes[count:], self._processes[:count]
