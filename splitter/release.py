@@ -167,14 +167,13 @@ def _compare_shared(
 
 
 def _same_but_build_id(path: str, left: bytes, right: bytes) -> bool:
-    """Whether two ELF files are the same bytes once each one's GNU build-id is zeroed."""
+    """Whether two ELF files are the same bytes once each one's GNU build-id is set aside.
+    Compared through memoryviews: slicing the bytes would copy each library twice more."""
     if len(left) != len(right):
         return False
     spans = build_id_span(path, left), build_id_span(path, right)
     if spans[0] is None or spans[0] != spans[1]:
         return False
     start, size = spans[0]
-    blank = bytes(size)
-    return (
-        left[:start] + blank + left[start + size :] == right[:start] + blank + right[start + size :]
-    )
+    mine, theirs = memoryview(left), memoryview(right)
+    return mine[:start] == theirs[:start] and mine[start + size :] == theirs[start + size :]
