@@ -250,10 +250,13 @@ def build(
                 if bar is not None and task is not None:
                     bar.update(task, completed=done, total=total or None, description=stage)
 
+            # No bar, no callback: the conda target then also packs in the build process
+            # (targets.conda.assemble_all), which would freeze a bar.
+            callback = report if bar is not None else None
             if isinstance(result, Release):
-                written = chosen.build_release(result, out_dir, report)
+                written = chosen.build_release(result, out_dir, callback)
             else:
-                written = chosen.build(result, out_dir, report)
+                written = chosen.build(result, out_dir, callback)
     if as_json:
         print(
             json.dumps(

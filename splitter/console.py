@@ -11,8 +11,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Column, Table
 
 from splitter.errors import SplitterError
 from splitter.fetch import resolve_input, resolve_inputs
@@ -46,11 +53,14 @@ def progress_bar(enabled: bool) -> Iterator[Progress | None]:
     if not enabled or not err.is_terminal:
         yield None
         return
+    # The description gets at most half the line, so that the spinner, bar, count and
+    # elapsed time stay visible in an 80-column terminal whatever the wheel's name.
+    description = Column(max_width=max(20, err.width // 2), no_wrap=True, overflow="ellipsis")
     with Progress(
         SpinnerColumn(),
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", table_column=description),
         BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
+        MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=err,
         transient=True,
@@ -210,7 +220,8 @@ def show_summary(target: str, out_dir: Path, written: list[Path], plan: Plan) ->
     """After a build: one row per package built (its file, size, sibling dependencies and
     process-exclusivity verdict; `plan` gives those facts, the same in every wheel of a
     release), where the output is, and what to run next. `--json` lists every file."""
-    rows = make_table("package", "version", "file", "size", "depends on", "process-exclusive")
+    headers = ("package", "version", "file", "size", "depends on", "process-exclusive")
+    rows: list[tuple[str, ...]] = []
     names: list[str] = []
     for path in written:
         if path.suffix in (".conda", ".whl"):
@@ -229,15 +240,29 @@ def show_summary(target: str, out_dir: Path, written: list[Path], plan: Plan) ->
             continue
         package = plan.package(name)
         names.append(name)
-        rows.add_row(
-            name,
-            package.version,
-            shown,
-            f"{size / 1e6:.1f} MB",
-            ", ".join(d.name for d in package.depends) or "-",
-            _exclusive_state(plan, name),
+        rows.append(
+            (
+                name,
+                package.version,
+                shown,
+                f"{size / 1e6:.1f} MB",
+                ", ".join(d.name for d in package.depends) or "-",
+                _exclusive_state(plan, name),
+            )
         )
-    out.print(rows)
+    # A table needs each row on one line to stay readable; where it would not fit (an
+    # 80-column terminal), each package is a block of lines, so no name is folded.
+    if sum(max(len(r[i]) for r in [headers, *rows]) + 3 for i in range(len(headers))) <= out.width:
+        table = make_table(*headers)
+        for row in rows:
+            table.add_row(*row)
+        out.print(table)
+    else:
+        for name, version, shown, shown_size, depends, exclusive in rows:
+            out.print(f"[bold]{name}[/] {version}, {shown_size}", highlight=False)
+            out.print(f"  file: {shown}", highlight=False)
+            out.print(f"  depends on: {depends}", highlight=False)
+            out.print(f"  process-exclusive: {exclusive}", highlight=False)
     out.print(f"output: {out_dir}")
     for line in _next_steps(target, out_dir, written, sorted(set(names))):
         out.print(line, highlight=False)

@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -110,3 +113,44 @@ def test_plan_graph(real_wheel: Path, tmp_path: Path, form: str) -> None:
     assert ">process-exclusive: not in effect</text>" in svg
     assert ">libquantized_ops_aot_lib.so</text>" in svg
     assert ">libexecutorch_kernels_quantized.so</text>" in svg
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux for a real terminal")
+def test_build_in_an_80_column_terminal(real_wheel: Path, tmp_path: Path) -> None:
+    """A build in an 80-column tmux pane: the progress line moves while the packages are
+    packed (its elapsed time or spinner changes between captures), and the summary ends with
+    every package name and file name whole on one line."""
+    out, log = tmp_path / "out", tmp_path / "status"
+    command = (
+        f"{sys.executable} -m splitter build -t conda --compression-level 3 -o {out} "
+        f"{real_wheel}; echo $? > {log}; sleep 60"
+    )
+    session = f"splitter-test-{os.getpid()}"
+    tmux = ["tmux", "-L", session]
+    subprocess.run([*tmux, "new-session", "-d", "-x", "80", "-y", "50", command], check=True)
+    try:
+        frames = []
+        deadline = time.monotonic() + 300
+        while not log.exists() and time.monotonic() < deadline:
+            pane = subprocess.run(
+                [*tmux, "capture-pane", "-p"], capture_output=True, text=True, check=True
+            ).stdout
+            frames.append(pane)
+            time.sleep(0.25)
+        final = subprocess.run(
+            [*tmux, "capture-pane", "-p", "-S", "-50"], capture_output=True, text=True, check=True
+        ).stdout
+    finally:
+        subprocess.run([*tmux, "kill-server"], check=False)
+    assert log.read_text().strip() == "0", final
+    packing = [f for f in (f.splitlines()[0] for f in frames if f.strip()) if "packing" in f]
+    assert len(set(packing)) >= 2, packing  # the line changed while packing
+    lines = final.splitlines()
+    built = sorted(p.name for p in (out / "linux-64").glob("*.conda"))
+    assert len(built) == 3
+    for name in built:
+        assert any(line.strip() == f"file: {name}" for line in lines), final
+    for package in PACKAGES:
+        assert any(line.startswith(f"{package} ") for line in lines), final
+    assert all(len(line) <= 80 for line in lines)

@@ -183,7 +183,7 @@ def assemble_all(
     progress: Progress | None,
     only: Sequence[PackagePlan] | None = None,
     inputs: tuple[tuple[str, str], ...] = (),
-    local: bool = True,
+    local: bool | None = None,
 ) -> dict[str, dict[str, object]]:
     """One .conda per package with rattler-build's assembler and the info additions (largest
     first, to the workers, the build taking the next one whenever they are all busy);
@@ -195,8 +195,13 @@ def assemble_all(
     (docs/performance.md), so one package pays for them, not every package at once. The thread
     count belongs to the package, not to the process packing it, so the bytes do not depend
     on --jobs or on which process took which package. `only` packs those of the plan's
-    packages alone; `inputs` are the wheels of a release a shared package stands for; without
-    `local` the workers alone pack (the build process is staging the next wheel)."""
+    packages alone; `inputs` are the wheels of a release a shared package stands for.
+
+    `local` says whether the build process packs too (when every worker is busy). By default
+    it does only when nothing is drawing progress: rattler-build holds the GIL while it packs,
+    which would freeze the progress bar for a whole package, and a release's pipeline passes
+    False (the build process is staging the next wheel). Without workers (--jobs 1) it always
+    packs. Which process packs a package does not change its bytes."""
     layout = staged.layout
     timestamp = datetime.fromtimestamp(plan.wheel.timestamp, tz=UTC)
     licenses = tuple(str(p) for p in _extract_licenses(plan, work / "licenses"))
@@ -226,8 +231,11 @@ def assemble_all(
         for rank, package in enumerate(packages)
     ]
     records: dict[str, dict[str, object]] = {}
+    here = pool.count == 0 or (progress is None if local is None else local)
+    if progress is not None:
+        progress(f"packing {len(packages)} package(s)", 0, len(packages))
     try:
-        for done, (index, result) in enumerate(pool.run(assemble, jobs, local=local), start=1):
+        for done, (index, result) in enumerate(pool.run(assemble, jobs, local=here), start=1):
             package = packages[index]
             _check_assembled(package.name, result)
             records[Path(result.path).name] = json.loads(result.record)
@@ -338,7 +346,7 @@ def _build_group(
                 progress,
                 only=mine,
                 inputs=group.inputs if plan is source else (),
-                local=not pipeline,
+                local=False if pipeline else None,
             )
             pending = (job, scratch)
             if not pipeline:
