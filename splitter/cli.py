@@ -72,6 +72,9 @@ RecipeOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 # Accepted before the subcommand and after it (`splitter -q build`, `splitter build -q`).
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
+VerboseOpt = Annotated[
+    bool, typer.Option("--verbose", "-v", help="build: list every file written, after the summary.")
+]
 TracebackOpt = Annotated[bool, typer.Option("--traceback", help="Show tracebacks on errors.")]
 
 
@@ -80,6 +83,7 @@ class GlobalOptions:
     """The options given before the subcommand, kept on the click context."""
 
     quiet: bool
+    verbose: bool = False
 
 
 def _print_version(shown: bool) -> None:
@@ -93,6 +97,7 @@ def main_options(
     ctx: typer.Context,
     traceback: TracebackOpt = False,
     quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
     version: Annotated[
         bool,
         typer.Option(
@@ -101,7 +106,7 @@ def main_options(
     ] = False,
 ) -> None:
     """splitter: one plan from the wheel and a recipe, rendered by small targets."""
-    ctx.obj = GlobalOptions(quiet=quiet)
+    ctx.obj = GlobalOptions(quiet=quiet, verbose=verbose)
 
 
 def show_progress(ctx: typer.Context, quiet: bool, as_json: bool) -> bool:
@@ -218,6 +223,7 @@ def build(
     python: PythonOpt = None,
     platform: PlatformOpt = None,
     quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
     traceback: TracebackOpt = False,
 ) -> None:
     """Build the packages of the plan (or of a release) for one target."""
@@ -271,6 +277,9 @@ def build(
     elif not quiet and not (ctx.obj.quiet if isinstance(ctx.obj, GlobalOptions) else False):
         facts = result.groups[0].plans[0] if isinstance(result, Release) else result
         show_summary(target.value, out_dir, written, facts)
+        if verbose or (ctx.obj.verbose if isinstance(ctx.obj, GlobalOptions) else False):
+            for path in written:
+                out.print(str(path), highlight=False, soft_wrap=True)
 
 
 @app.command("verify")

@@ -69,6 +69,19 @@ def test_build_summary_survives_a_pipe(real_wheel: Path, tmp_path: Path, target:
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_verbose_build_lists_every_file(real_wheel: Path, tmp_path: Path, where: str) -> None:
+    """-v (before or after the subcommand): after the summary, every file written, one whole
+    path per line, each of which exists; together exactly the output directory's files."""
+    out = tmp_path / "out"
+    args = ["build", str(real_wheel), "-t", "tree", "-o", str(out)]
+    result = splitter(*(["-v", *args] if where == "before" else [*args, "-v"]))
+    assert result.returncode == 0, result.stderr
+    listed = [line for line in result.stdout.splitlines() if line.startswith(str(out) + "/")]
+    assert sorted(listed) == sorted(str(p) for p in out.iterdir())
+
+
+@pytest.mark.integration
 def test_quiet_build_prints_nothing(real_wheel: Path, tmp_path: Path) -> None:
     """-q after the subcommand: no summary, no progress, exit 0, the output written."""
     out = tmp_path / "out"
