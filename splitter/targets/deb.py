@@ -98,10 +98,11 @@ def write_debs(plan: Plan, build: Path, progress: Progress | None, guard: bool) 
         make_layout(plan.wheel, "/usr", f"lib/{arch.triplet}", "include", SITEDIR),
         interpreter="/usr/bin/python3",
     )
+    externals = {p.name: external_requirements(plan, p, "deb") for p in plan.packages}
     scratch = Path(tempfile.mkdtemp(prefix=".deb-", dir=build))
     try:
         roots = {p.name: scratch / names[p.name] for p in plan.packages}
-        staged = stage_under(plan, layout, roots, progress, guard)
+        staged = stage_under(plan, layout, roots, progress, guard, names)
         _unset_library_exec(staged, roots)
         licence = license_text(plan)
         for package in plan.packages:
@@ -117,7 +118,7 @@ def write_debs(plan: Plan, build: Path, progress: Progress | None, guard: bool) 
             else:
                 system = _mapped_system(plan, package, distro)
             depends = [f"{names[d.name]} (= {version})" for d in package.depends]
-            depends += external_requirements(plan, package, "deb")
+            depends += externals[package.name]
             depends += _python_depends(plan, package)
             depends += system
             _write_control(plan, package, root, names[package.name], version, arch, distro, depends)

@@ -116,11 +116,15 @@ def stage_under(
     roots: Mapping[str, Path],
     progress: Progress | None,
     guard: bool,
+    names: Mapping[str, str],
 ) -> Staged:
     """Stage every package of the plan as installed under `roots[name]` + the prefix, with
-    no RUNPATH where the libdir is the system's (Debian policy, Fedora's check-rpaths)."""
+    no RUNPATH where the libdir is the system's (Debian policy, Fedora's check-rpaths); the
+    CMake config names the distro packages."""
     prefix = layout.prefix.strip("/")
-    return stage(plan, layout, lambda name: roots[name] / prefix, Rpath.STRIP, progress, guard)
+    return stage(
+        plan, layout, lambda name: roots[name] / prefix, Rpath.STRIP, progress, guard, names
+    )
 
 
 def license_text(plan: Plan) -> str:

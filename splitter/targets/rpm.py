@@ -25,6 +25,7 @@ from splitter.targets.distro import (
     RECORD,
     arch_of,
     distro_of,
+    external_requirements,
     license_text,
     need_tool,
     record_json,
@@ -75,11 +76,13 @@ def write_rpms(plan: Plan, build: Path, progress: Progress | None, guard: bool) 
         interpreter="/usr/bin/python3",
     )
     names = dict(distro.names)
+    for package in plan.packages:  # an unmapped external stops the build before staging
+        external_requirements(plan, package, "rpm")
     scratch = Path(tempfile.mkdtemp(prefix=".rpm-", dir=build))
     try:
         trees = scratch / "trees"
         roots = {p.name: trees / p.name for p in plan.packages}
-        staged = stage_under(plan, layout, roots, progress, guard)
+        staged = stage_under(plan, layout, roots, progress, guard, names)
         sources = build / "SOURCES"
         sources.mkdir(exist_ok=True)
         licence_name = (

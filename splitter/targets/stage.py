@@ -53,9 +53,11 @@ def stage(
     rpath: Rpath = Rpath.RELATIVE,
     progress: Progress | None = None,
     guard: bool = False,
+    names: Mapping[str, str] | None = None,
 ) -> Staged:
     """Write each package under `root_of(package)` (the prefix directory), then relocate.
-    Files come from the wheel, verified against the plan's digests (splitter.payload)."""
+    Files come from the wheel, verified against the plan's digests (splitter.payload);
+    `names` are the package names the generated CMake config tells users to install."""
     if rpath == Rpath.STRIP and not layout.system_libdir():
         raise SplitterError(
             f"--rpath strip needs a libdir the dynamic linker searches by default, not "
@@ -100,7 +102,7 @@ def stage(
         staged[owner].append(StagedFile(path=dest, real=str(real), executable=False))
 
     for package in plan.packages:
-        for dest, text, executable in generated_files(plan, package, layout):
+        for dest, text, executable in generated_files(plan, package, layout, names):
             real = safe_join(root_of(package.name), dest)
             make_parents(real)
             real.write_text(text, encoding="utf-8")
