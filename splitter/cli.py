@@ -37,6 +37,8 @@ from splitter.targets.conda import (
     CondaOptions,
     conda_builder,
 )
+from splitter.targets.deb import DebBuilder
+from splitter.targets.rpm import RpmBuilder
 from splitter.targets.tree import TreeBuilder
 from splitter.targets.wheel import WheelBuilder
 
@@ -181,6 +183,8 @@ class Target(StrEnum):
     conda = "conda"
     wheel = "wheel"
     tree = "tree"
+    deb = "deb"
+    rpm = "rpm"
 
 
 @app.command()
@@ -229,7 +233,9 @@ def build(
     """Build the packages of the plan (or of a release) for one target."""
     progress = show_progress(ctx, quiet, as_json)
     out_dir = output or Path("dist") / target.value
-    builder: contextlib.AbstractContextManager[CondaBuilder | WheelBuilder | TreeBuilder]
+    builder: contextlib.AbstractContextManager[
+        CondaBuilder | WheelBuilder | TreeBuilder | DebBuilder | RpmBuilder
+    ]
     if target is Target.conda:
         options = CondaOptions(
             compression_level=compression_level, backend=backend, guard=guard, jobs=jobs
@@ -237,6 +243,10 @@ def build(
         builder = conda_builder(options)  # its workers start while the plan is made
     elif target is Target.wheel:
         builder = contextlib.nullcontext(WheelBuilder(guard=guard))
+    elif target is Target.deb:
+        builder = contextlib.nullcontext(DebBuilder(guard=guard))
+    elif target is Target.rpm:
+        builder = contextlib.nullcontext(RpmBuilder(guard=guard))
     else:
         tree = TreeBuilder(
             prefix=prefix,

@@ -232,6 +232,10 @@ def show_summary(target: str, out_dir: Path, written: list[Path], plan: Plan) ->
             )
             size = path.stat().st_size
             shown = path.name
+        elif path.suffix in (".deb", ".rpm"):
+            name = distro_package(plan, target, path.name)
+            size = path.stat().st_size
+            shown = path.name
         elif path.suffix == ".json" and target == "tree":
             manifest = json.loads(path.read_text())
             name, shown = manifest["name"], str(path.with_suffix(""))
@@ -268,6 +272,16 @@ def show_summary(target: str, out_dir: Path, written: list[Path], plan: Plan) ->
         out.print(line, highlight=False)
 
 
+def distro_package(plan: Plan, target: str, filename: str) -> str:
+    """The plan's package a .deb or .rpm file holds, from the recipe's name map."""
+    distro = plan.recipe.deb if target == "deb" else plan.recipe.rpm
+    mapped = {v: k for k, v in distro.names} if distro else {}
+    for name in sorted(mapped, key=len, reverse=True):
+        if filename.startswith(f"{name}_" if target == "deb" else f"{name}-{plan.wheel.version}-"):
+            return mapped[name]
+    raise KeyError(filename)
+
+
 def _exclusive_state(plan: Plan, name: str) -> str:
     states = [
         f"{'IN EFFECT' if v.in_effect else 'not in effect'} "
@@ -283,6 +297,17 @@ def _next_steps(target: str, out_dir: Path, written: list[Path], names: list[str
         return [
             f"next: conda install -c {out_dir} {' '.join(names)}",
             f"  or: pixi add --channel {out_dir.absolute().as_uri()} {' '.join(names)}",
+        ]
+    if target == "deb":
+        # apt takes a local file only by a path it cannot read as a package name: absolute.
+        debs = " ".join(str(p.absolute()) for p in written if p.suffix == ".deb")
+        return [f"next: apt-get install {debs}", f"  check: lintian {out_dir}/*.deb"]
+    if target == "rpm":
+        rpms = " ".join(str(p.absolute()) for p in written if p.suffix == ".rpm")
+        return [
+            f"next: dnf install {rpms}",
+            f"  check: rpmlint -r {out_dir}/SPECS/<spec>.rpmlintrc {out_dir}/*.rpm "
+            f"(the spec is in {out_dir}/SPECS)",
         ]
     if target == "wheel":
         tag = f"cp{sys.version_info.major}{sys.version_info.minor}"

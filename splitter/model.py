@@ -132,6 +132,18 @@ class External:
     site_dirs: tuple[str, ...]
     conda: str
     pip: str
+    deb: str = ""  # a Debian Depends entry; "" when the recipe maps none
+    rpm: str = ""  # an RPM Requires entry; "" when the recipe maps none
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Distro:
+    """How one distribution family names the packages: Debian (revision) or RPM (release)."""
+
+    revision: str  # Debian revision / RPM release appended to the upstream version
+    maintainer: str  # "Name <address>": Debian's Maintainer, RPM's Packager
+    names: tuple[tuple[str, str], ...]  # splitter package -> distro package name
+    system: tuple[tuple[str, str], ...]  # system soname -> dependency, when the tool cannot tell
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,6 +172,8 @@ class Recipe:
     conda_system: tuple[tuple[str, str], ...]
     conda_names: tuple[tuple[str, str], ...]
     exclusive: tuple[ExclusivePair, ...]
+    deb: Distro | None = None  # [deb] of the recipe; None when it has none
+    rpm: Distro | None = None  # [rpm] of the recipe; None when it has none
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

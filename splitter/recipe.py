@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,15 @@ from packaging.version import InvalidVersion, Version
 from tomlkit.exceptions import TOMLKitError
 
 from splitter.errors import RecipeError
-from splitter.model import Component, ExclusivePair, External, PackageSpec, Recipe, Rule
+from splitter.model import (
+    Component,
+    Distro,
+    ExclusivePair,
+    External,
+    PackageSpec,
+    Recipe,
+    Rule,
+)
 from splitter.recipetext import Source, check_keys, not_toml
 
 DEFAULT_RECIPE = "executorch.toml"
@@ -161,6 +170,8 @@ def _build(source: Source, doc: dict[str, Any]) -> Recipe:
                 site_dirs=_strings(source, table.get("site_dirs", []), f"{where}.site_dirs"),
                 conda=_get(source, table, "conda", str, where),
                 pip=_get(source, table, "pip", str, where),
+                deb=_typed(source, table.get("deb", ""), str, f"{where}.deb"),
+                rpm=_typed(source, table.get("rpm", ""), str, f"{where}.rpm"),
             )
         )
 
@@ -201,4 +212,58 @@ def _build(source: Source, doc: dict[str, Any]) -> Recipe:
         conda_system=tuple(sorted((k, str(v)) for k, v in conda_system.items())),
         conda_names=tuple(sorted((k, str(v)) for k, v in conda_names.items())),
         exclusive=tuple(exclusive),
+        deb=_distro(source, doc, "deb", "revision", names),
+        rpm=_distro(source, doc, "rpm", "release", names),
+    )
+
+
+def _distro(
+    source: Source, doc: dict[str, Any], key: str, revision_key: str, packages: set[str]
+) -> Distro | None:
+    """[deb] or [rpm]: the revision, a distro name for every package, system soname map."""
+    if key not in doc:
+        return None
+    table = _typed(source, doc[key], dict, key)
+    revision = _get(source, table, revision_key, str, key)
+    if not re.fullmatch(r"[A-Za-z0-9.+~]+", revision):
+        raise source.error(
+            f"{key}.{revision_key}",
+            f"not a {key} {revision_key} (letters, digits and . + ~ only): {revision!r}",
+        )
+    maintainer = _get(source, table, "maintainer", str, key)
+    if not re.fullmatch(r"[^<>\n]+ <[^<>@\s]+@[^<>@\s]+>", maintainer):
+        raise source.error(
+            f"{key}.maintainer",
+            f"not a 'Name <address>' maintainer: {maintainer!r}",
+            'write it as "Your Name <you@example.org>"',
+        )
+    names = _typed(source, _get(source, table, "names", dict, key), dict, f"{key}.names")
+    for name, value in names.items():
+        _typed(source, value, str, f"{key}.names.{name}")
+        if name not in packages:
+            raise source.error(
+                f"{key}.names.{name}",
+                f"unknown package '{name}'",
+                f"map one of {sorted(packages)}",
+            )
+        if not re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", value):
+            raise source.error(
+                f"{key}.names.{name}",
+                f"not a package name (lower-case letters, digits, + - . only): {value!r}",
+            )
+    missing = sorted(packages - set(names))
+    if missing:
+        raise source.error(
+            f"{key}.names",
+            f"no {key} name for {', '.join(missing)}",
+            f"add each under [{key}.names]",
+        )
+    system = _typed(source, table.get("system", {}), dict, f"{key}.system")
+    for soname, value in system.items():
+        _typed(source, value, str, f"{key}.system.{soname}")
+    return Distro(
+        revision=revision,
+        maintainer=maintainer,
+        names=tuple(sorted(names.items())),
+        system=tuple(sorted(system.items())),
     )

@@ -64,15 +64,18 @@ class Source:
 
 
 # The keys each table of a recipe may hold, by shape: "table" is one table, "each" a table of
-# named tables, "array" an array of tables. system.conda and conda.names are free-form maps.
+# named tables, "array" an array of tables. system.conda, conda.names and
+# the names and system maps of deb and rpm are free-form maps.
 _KEYS: dict[str, tuple[str, frozenset[str]]] = {
     "recipe": ("table", frozenset({"project", "schema", "default_version", "supported_versions"})),
     "packages": ("each", frozenset({"summary", "python"})),
     "rules": ("array", frozenset({"glob", "exclude", "package", "reason"})),
     "components": ("each", frozenset({"library", "platforms"})),
-    "externals": ("each", frozenset({"sonames", "site_dirs", "conda", "pip"})),
+    "externals": ("each", frozenset({"sonames", "site_dirs", "conda", "pip", "deb", "rpm"})),
     "system": ("table", frozenset({"sonames", "conda"})),
     "conda": ("table", frozenset({"names"})),
+    "deb": ("table", frozenset({"revision", "maintainer", "names", "system"})),
+    "rpm": ("table", frozenset({"release", "maintainer", "names", "system"})),
     "process_exclusive": ("array", frozenset({"first", "second", "reason"})),
 }
 

@@ -370,7 +370,7 @@ def _stage(
     prefix."""
     root = work / "stage"
     layout = conda_layout(plan)
-    staged = stage(plan, layout, root.joinpath, Rpath.RELATIVE, progress, options.guard, only)
+    staged = stage(plan, layout, root.joinpath, Rpath.RELATIVE, progress, options.guard, only=only)
     release_freed_memory()  # staging's buffers, before the packages are compressed
     return staged
 

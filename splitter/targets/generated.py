@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+from collections.abc import Mapping
 
 from splitter.cmake import (
     BASE_DEFINITIONS,
@@ -24,13 +25,22 @@ from splitter.report import verdict_json
 
 
 def generated_files(
-    plan: Plan, package: PackagePlan, layout: Layout
+    plan: Plan,
+    package: PackagePlan,
+    layout: Layout,
+    names: Mapping[str, str] | None = None,
 ) -> list[tuple[str, str, bool]]:
-    """CMake config, pkg-config and console scripts for one package: (path, text, executable)."""
+    """CMake config, pkg-config and console scripts for one package: (path, text, executable).
+    `names` gives the package names the CMake messages tell users to install (a distro's,
+    e.g. libexecutorch-kernels-quantized); by default the plan's."""
     out: list[tuple[str, str, bool]] = []
     libraries = dict(plan.component_libraries)
+    called = names or {p.name: p.name for p in plan.packages}
     providers = {
-        c: p.name for p in plan.packages for c in p.cmake_components if c != RUNTIME_COMPONENT
+        c: called[p.name]
+        for p in plan.packages
+        for c in p.cmake_components
+        if c != RUNTIME_COMPONENT
     }
     cmake_layout = CMakeLayout(
         to_libdir=posixpath.relpath(layout.libdir, layout.cmakedir),
@@ -45,7 +55,7 @@ def generated_files(
                     render_config(
                         build_version=plan.build_version,
                         runtime_library=libraries[component],
-                        runtime_package=package.name,
+                        runtime_package=called[package.name],
                         providers=providers,
                         layout=cmake_layout,
                     ),
@@ -66,7 +76,7 @@ def generated_files(
                     render_fragment(
                         component,
                         libraries[component],
-                        package.name,
+                        called[package.name],
                         render_exclusive(component, exclusive_pairs(plan, libraries[component])),
                     ),
                     False,

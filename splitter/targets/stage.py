@@ -62,9 +62,11 @@ def stage(
     progress: Progress | None = None,
     guard: bool = False,
     only: frozenset[str] | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> Staged:
     """Write each package under `root_of(package)` (the prefix directory), then relocate.
-    Files come from the wheel, verified against the plan's digests (splitter.payload).
+    Files come from the wheel, verified against the plan's digests (splitter.payload);
+    `names` are the package names the generated CMake config tells users to install.
 
     `only` stages those packages alone (a release stages its Python-independent packages
     once, from one wheel): the others' files count as installed where the layout puts them,
@@ -120,7 +122,7 @@ def stage(
         staged[owner].append(StagedFile(path=dest, real=str(real), executable=False))
 
     for package in wanted:
-        for dest, text, executable in generated_files(plan, package, layout):
+        for dest, text, executable in generated_files(plan, package, layout, names):
             real = safe_join(root_of(package.name), dest)
             make_parents(real)
             real.write_text(text, encoding="utf-8")

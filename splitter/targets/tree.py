@@ -88,7 +88,7 @@ def _write_trees(
     prefix = layout.prefix.strip("/")
     build.mkdir(parents=True, exist_ok=True)
     root_of = {name: build / names[name] / prefix for name in names}
-    staged = stage(plan, layout, root_of.__getitem__, rpath, progress, guard, frozenset(names))
+    staged = stage(plan, layout, root_of.__getitem__, rpath, progress, guard, only=frozenset(names))
     for package in plan.packages:
         if package.name not in names:
             continue

@@ -1,0 +1,301 @@
+"""--target deb on the real wheels, checked with Debian's own tools: lintian, dpkg --instdir,
+dpkg -L / -S, dpkg-deb -I, and the C++ consumer built from the installed root."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from consumer_tools import build_consumer, cmake_executable, expected_output, run_model
+
+from splitter.errors import RecipeError, SplitterError
+from splitter.layout import install_path, make_layout
+from splitter.model import Plan
+from splitter.plan import make_plan
+from splitter.recipe import load_recipe
+from splitter.release import PlatformGroup, Release
+from splitter.targets.deb import DebBuilder
+from splitter.targets.generated import generated_files
+
+pytestmark = pytest.mark.integration
+
+VERSION = "1.5.1-1"
+NAMES = {
+    "executorch-runtime": "libexecutorch",
+    "executorch-kernels-quantized": "libexecutorch-kernels-quantized",
+    "executorch-export": "python3-executorch",
+}
+
+
+def _need(*tools: str) -> None:
+    missing = [t for t in tools if shutil.which(t) is None]
+    if missing:
+        pytest.fail(f"{', '.join(missing)} missing: .ci/run installs them (apt-get install)")
+
+
+@pytest.fixture(scope="module")
+def debs(real_plan: Plan, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    _need("dpkg-deb", "dpkg-shlibdeps")
+    out = tmp_path_factory.mktemp("deb") / "out"
+    written = DebBuilder().build(real_plan, out)
+    assert sorted(p.name for p in written) == sorted(
+        f"{name}_{VERSION}_amd64.deb" for name in NAMES.values()
+    )
+    return out
+
+
+def deb_of(debs: Path, package: str) -> Path:
+    return debs / f"{NAMES[package]}_{VERSION}_amd64.deb"
+
+
+def dpkg(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["dpkg", f"--instdir={root}", f"--admindir={root}/var/lib/dpkg", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def fresh_root(path: Path) -> Path:
+    admin = path / "var" / "lib" / "dpkg"
+    for sub in ("info", "updates", "triggers"):
+        (admin / sub).mkdir(parents=True)
+    (admin / "status").write_text("")
+    (admin / "available").write_text("")
+    return path
+
+
+@pytest.fixture(scope="module")
+def installed(debs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = fresh_root(tmp_path_factory.mktemp("debroot") / "root")
+    files = [str(deb_of(debs, p)) for p in NAMES]
+    # --force-depends: this root has no libc6 or python3-torch; every other check is on.
+    result = dpkg(root, "--force-not-root", "--force-depends", "--install", *files)
+    assert result.returncode == 0, result.stderr
+    return root
+
+
+def test_lintian_no_errors_and_every_kept_tag_has_a_reason(debs: Path) -> None:
+    _need("lintian")
+    result = subprocess.run(
+        ["lintian", "-I", "--tag-display-limit", "0", *sorted(map(str, debs.glob("*.deb")))],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    lines = result.stdout.splitlines()
+    assert [line for line in lines if line.startswith(("E:", "W:"))] == []
+    assert not [line for line in lines if "unused-override" in line or "mismatched" in line]
+    for package, name in NAMES.items():
+        listing = subprocess.run(
+            ["dpkg-deb", "--fsys-tarfile", str(deb_of(debs, package))],
+            capture_output=True,
+            check=True,
+        ).stdout
+        overrides = _member(listing, f"./usr/share/lintian/overrides/{name}").splitlines()
+        assert overrides, name
+        for before, line in itertools.pairwise(overrides):
+            if line.startswith(f"{name}: "):
+                assert before.startswith("# ") and len(before) > 20, (name, line)
+
+
+def _member(tar_bytes: bytes, member: str) -> str:
+    import io
+    import tarfile
+
+    with tarfile.open(fileobj=io.BytesIO(tar_bytes)) as archive:
+        handle = archive.extractfile(member)
+        assert handle is not None
+        return handle.read().decode()
+
+
+def expected_files(plan: Plan, package: str, libdir: str) -> set[str]:
+    """The plan's files for one package under the Debian layout, plus what every .deb adds."""
+    layout = dataclasses.replace(
+        make_layout(plan.wheel, "/usr", libdir, "include", "lib/python3/dist-packages"),
+        interpreter="/usr/bin/python3",
+    )
+    pkg = plan.package(package)
+    files = {
+        f"/usr/{dest}"
+        for path in pkg.files
+        if (dest := install_path(path, layout, plan.wheel.dist_info)) is not None
+    }
+    files |= {f"/usr/{path}" for path, _, _ in generated_files(plan, pkg, layout)}
+    name = NAMES[package]
+    docs = ("copyright", "changelog.Debian.gz", "splitter-process-exclusive.json")
+    files |= {f"/usr/share/doc/{name}/{doc}" for doc in docs}
+    files.add(f"/usr/share/lintian/overrides/{name}")
+    return files
+
+
+def test_dpkg_lists_the_plan(installed: Path, real_plan: Plan) -> None:
+    for package, name in NAMES.items():
+        listed = dpkg(installed, "-L", name)
+        assert listed.returncode == 0, listed.stderr
+        files = {p for p in listed.stdout.splitlines() if not (installed / p.lstrip("/")).is_dir()}
+        assert files == expected_files(real_plan, package, "lib/x86_64-linux-gnu"), name
+
+
+def test_dpkg_search_finds_quantized_library_in_its_package_only(installed: Path) -> None:
+    found = dpkg(installed, "-S", "libexecutorch_kernels_quantized.so")
+    assert found.returncode == 0, found.stderr
+    owners = {line.split(":", 1)[0] for line in found.stdout.splitlines()}
+    assert owners == {"libexecutorch-kernels-quantized"}
+    assert "/usr/lib/x86_64-linux-gnu/libexecutorch_kernels_quantized.so" in found.stdout
+
+
+def control(deb: Path) -> dict[str, str]:
+    text = subprocess.run(
+        ["dpkg-deb", "-f", str(deb)], capture_output=True, text=True, check=True
+    ).stdout
+    fields: dict[str, str] = {}
+    key = ""
+    for line in text.splitlines():
+        if line.startswith(" ") and key:
+            fields[key] += "\n" + line
+        else:
+            key, _, value = line.partition(": ")
+            fields[key] = value
+    return fields
+
+
+def test_control_fields(debs: Path) -> None:
+    runtime = control(deb_of(debs, "executorch-runtime"))
+    quantized = control(deb_of(debs, "executorch-kernels-quantized"))
+    export = control(deb_of(debs, "executorch-export"))
+    for fields in (runtime, quantized, export):
+        assert fields["Version"] == VERSION and fields["Architecture"] == "amd64"
+        assert "Conflicts" not in fields and "Breaks" not in fields
+        assert "splitter-process-exclusive.json" in fields["Description"]
+    depends = [d.strip() for d in quantized["Depends"].split(",")]
+    assert f"libexecutorch (= {VERSION})" in depends
+    # dpkg-shlibdeps' system dependencies, with versions it read from the symbols files
+    assert any(re.fullmatch(r"libc6 \(>= 2\.[\d.]+\)", d) for d in depends), depends
+    assert any(d.startswith("libstdc++6") for d in depends), depends
+    assert "libexecutorch" not in runtime["Depends"]  # no dependency on itself
+    export_depends = [d.strip() for d in export["Depends"].split(",")]
+    assert "python3-torch (>= 2.13)" in export_depends  # the recipe's [externals.torch] deb
+    assert f"libexecutorch-kernels-quantized (= {VERSION})" in export_depends
+    assert "python3 (>= 3.11~)" in export_depends and "python3 (<< 3.12)" in export_depends
+    assert len(runtime["Description"].splitlines()[0]) < 80
+
+
+def test_library_metadata_and_docs(installed: Path, debs: Path) -> None:
+    info = installed / "var/lib/dpkg/info"
+    symbols = (info / "libexecutorch.symbols").read_text()
+    assert f"libexecutorch.so libexecutorch (= {VERSION})" in symbols
+    assert "activate-noawait ldconfig" in (info / "libexecutorch.triggers").read_text()
+    md5 = (info / "libexecutorch-kernels-quantized.md5sums").read_text()
+    assert re.search(
+        r"^[0-9a-f]{32}  usr/lib/x86_64-linux-gnu/libexecutorch_kernels_quantized\.so$", md5, re.M
+    )
+    doc = installed / "usr/share/doc/libexecutorch-kernels-quantized"
+    copyright_text = (doc / "copyright").read_text()
+    assert copyright_text.startswith("Format: https://www.debian.org/doc/packaging-manuals/")
+    assert "License: BSD-3-Clause" in copyright_text
+    record = json.loads((doc / "splitter-process-exclusive.json").read_text())
+    assert record["schema"] == "splitter.process-exclusive/1"
+    assert [p["in_effect"] for p in record["pairs"]] == [False]
+    changelog = subprocess.run(
+        ["gzip", "-dc", str(doc / "changelog.Debian.gz")], capture_output=True, check=True
+    ).stdout.decode()
+    assert changelog.startswith(f"executorch ({VERSION}) unstable;")
+    lib = installed / "usr/lib/x86_64-linux-gnu/libexecutorch.so"
+    assert lib.stat().st_mode & 0o777 == 0o644  # Debian policy: shared objects not executable
+
+
+def test_two_builds_are_byte_identical(debs: Path, real_plan: Plan, tmp_path: Path) -> None:
+    again = DebBuilder().build(real_plan, tmp_path / "again")
+    for path in again:
+        assert path.read_bytes() == (debs / path.name).read_bytes(), path.name
+
+
+def test_aarch64_reproducible_with_mapped_system_depends(
+    real_wheel_aarch64: Path, tmp_path: Path
+) -> None:
+    plan = make_plan(real_wheel_aarch64, load_recipe())
+    first = DebBuilder().build(plan, tmp_path / "a")
+    second = DebBuilder().build(plan, tmp_path / "b")
+    assert [p.name for p in first] == [p.name for p in second]
+    for one, two in zip(first, second, strict=True):
+        assert one.read_bytes() == two.read_bytes(), one.name
+    runtime = control(tmp_path / "a" / f"libexecutorch_{VERSION}_arm64.deb")
+    assert runtime["Architecture"] == "arm64"
+    assert "libc6 (>= 2.28)" in runtime["Depends"]  # [deb.system]: no arm64 dpkg here
+    listing = subprocess.run(
+        ["dpkg-deb", "-c", str(tmp_path / "a" / f"libexecutorch_{VERSION}_arm64.deb")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "./usr/lib/aarch64-linux-gnu/libexecutorch.so" in listing
+    assert " root/root " in listing and "1970" not in listing
+
+
+def test_consumer_from_installed_root(installed: Path, tmp_path: Path) -> None:
+    cmake = cmake_executable("3.28")
+    result = build_consumer(cmake, tmp_path / "q", prefix=installed / "usr", quantized=True)
+    assert result.returncode == 0, result.output
+    run = run_model(result.runner, tmp_path / "out.bin")
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "out.bin").read_bytes() == expected_output()
+
+
+def test_consumer_runtime_only_names_the_missing_package(debs: Path, tmp_path: Path) -> None:
+    root = fresh_root(tmp_path / "root")
+    result = dpkg(
+        root,
+        "--force-not-root",
+        "--force-depends",
+        "--install",
+        str(deb_of(debs, "executorch-runtime")),
+    )
+    assert result.returncode == 0, result.stderr
+    wanted = build_consumer(
+        cmake_executable("3.28"), tmp_path / "q", prefix=root / "usr", quantized=True
+    )
+    assert wanted.returncode != 0
+    assert "libexecutorch-kernels-quantized" in " ".join(wanted.output.split())
+
+
+def test_recipe_without_deb_table_is_refused(real_plan: Plan, tmp_path: Path) -> None:
+    plan = dataclasses.replace(real_plan, recipe=dataclasses.replace(real_plan.recipe, deb=None))
+    with pytest.raises(RecipeError, match=r"no \[deb\] table.*\n.*\[deb.names\]"):
+        DebBuilder().build(plan, tmp_path / "out")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_unmapped_external_is_reported(real_plan: Plan, tmp_path: Path) -> None:
+    externals = tuple(dataclasses.replace(e, deb="") for e in real_plan.recipe.externals)
+    recipe = dataclasses.replace(real_plan.recipe, externals=externals)
+    with pytest.raises(RecipeError, match=r"externals\.torch\.deb is missing"):
+        DebBuilder().build(dataclasses.replace(real_plan, recipe=recipe), tmp_path / "out")
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")] in ([], ["out"])
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_missing_tool_names_the_debian_package(
+    real_plan: Plan, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", str(bin_dir))  # no dpkg-deb on PATH
+    with pytest.raises(SplitterError, match="apt-get install dpkg"):
+        DebBuilder().build(real_plan, tmp_path / "out")
+
+
+def test_release_of_two_pythons_is_refused(real_plan: Plan, tmp_path: Path) -> None:
+    group = PlatformGroup(
+        subdir="linux-64", plans=(real_plan, real_plan), shared_packages=(), stamped=()
+    )
+    release = Release(project="executorch", version="1.5.1", groups=(group,))
+    with pytest.raises(SplitterError, match=r"one Python per platform.*\n.*--python"):
+        DebBuilder().build_release(release, tmp_path / "out")
