@@ -132,6 +132,7 @@ def _build(source: Source, doc: dict[str, Any]) -> Recipe:
                 package=package,
                 reason=_get(source, table, "reason", str, where),
                 line=source.line(where),
+                platforms=_strings(source, table.get("platforms", []), f"{where}.platforms"),
             )
         )
 
@@ -142,7 +143,9 @@ def _build(source: Source, doc: dict[str, Any]) -> Recipe:
         components.append(
             Component(
                 name=name,
-                library=_get(source, table, "library", str, where),
+                libraries=_strings(
+                    source, _get(source, table, "library", object, where), f"{where}.library"
+                ),
                 platforms=_strings(source, table.get("platforms", []), f"{where}.platforms"),
                 line=source.line(where),
             )
@@ -185,6 +188,7 @@ def _build(source: Source, doc: dict[str, Any]) -> Recipe:
                 second=_get(source, table, "second", str, where),
                 reason=_get(source, table, "reason", str, where),
                 line=source.line(where),
+                platforms=_strings(source, table.get("platforms", []), f"{where}.platforms"),
             )
         )
 
@@ -201,4 +205,5 @@ def _build(source: Source, doc: dict[str, Any]) -> Recipe:
         conda_system=tuple(sorted((k, str(v)) for k, v in conda_system.items())),
         conda_names=tuple(sorted((k, str(v)) for k, v in conda_names.items())),
         exclusive=tuple(exclusive),
+        system_paths=_strings(source, system.get("paths", []), "system.paths"),
     )

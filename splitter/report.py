@@ -70,6 +70,8 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "conda_subdir": plan.platform.conda_subdir,
             "glibc": plan.platform.glibc,
             "python": "{}.{}".format(*plan.platform.python),
+            # schema 1 grows only by keys that carry information: Linux plans are unchanged
+            **({"macos": plan.platform.macos} if plan.platform.macos else {}),
         },
         "recipe": plan.recipe.path.name,
         "cmake_components": {c: library for c, library in plan.component_libraries},
@@ -99,6 +101,8 @@ def plan_json(plan: Plan) -> dict[str, Any]:
                 "registry": b.registry,
                 "et_operators": list(b.et_operators),
                 "torch_schemas": list(b.torch_schemas),
+                **({"weak": list(b.weak)} if b.weak else {}),
+                **({} if b.operators_known else {"et_operators_known": False}),
             }
             for b in plan.binaries
         ],

@@ -59,6 +59,12 @@ def real_wheel_aarch64() -> Path:
 
 
 @pytest.fixture(scope="session")
+def real_wheel_macos() -> Path:
+    """The real executorch 1.5.1 cp311 macOS arm64 wheel (Mach-O)."""
+    return _download(f"executorch=={REAL_VERSION}", "macosx_14_0_arm64")
+
+
+@pytest.fixture(scope="session")
 def old_wheel() -> Path:
     """executorch 1.4.1, which has no C++ runtime under executorch/lib."""
     return _download("executorch==1.4.1", None)

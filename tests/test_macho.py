@@ -1,0 +1,233 @@
+"""The macOS arm64 wheel (Mach-O): analysis checked against LLVM's otool and an independent
+chained-fixup walk (tests/machotools.py), and the plan of the whole wheel."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+from machotools import check_signature, kernel_table_entries
+
+from splitter.binaries.macho import analyse_macho, is_macho
+from splitter.model import BinaryInfo, Plan
+from splitter.plan import make_plan
+from splitter.recipe import load_recipe
+from splitter.targets.condameta import conda_depends
+
+pytestmark = pytest.mark.integration
+
+RUNTIME, QUANTIZED, EXPORT = (
+    "executorch-runtime",
+    "executorch-kernels-quantized",
+    "executorch-export",
+)
+LIB = "executorch/lib/"
+PLUGIN = "executorch/kernels/quantized/libquantized_ops_aot_lib.dylib"
+CUSTOM_OPS = "executorch/extension/llm/custom_ops/libcustom_ops_aot_lib.dylib"
+QLIB = f"{LIB}libexecutorch_kernels_quantized.dylib"
+TORCHAO = f"{LIB}libexecutorch_kernels_torchao.dylib"
+# Kernels in static tables, measured (FACTS.md): the Linux counts.
+TABLES = {
+    f"{LIB}libexecutorch.dylib": 28,
+    f"{LIB}libexecutorch_kernels_optimized.dylib": 212,
+    QLIB: 19,
+    PLUGIN: 0,
+}
+REGISTER_KERNELS = "__ZN10executorch7runtime16register_kernelsENS0_4SpanIKNS0_6KernelEEE"
+
+
+def tool(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        pytest.skip(f"{name} is not installed (Debian: llvm-14)")
+    return found
+
+
+@pytest.fixture(scope="module")
+def machos(real_wheel_macos: Path) -> dict[str, bytes]:
+    """Every Mach-O file of the wheel, by wheel path."""
+    out = {}
+    with zipfile.ZipFile(real_wheel_macos) as archive:
+        for name in archive.namelist():
+            with archive.open(name) as handle:
+                if is_macho(handle.read(4)):
+                    out[name] = archive.read(name)
+    return out
+
+
+@pytest.fixture(scope="module")
+def infos(machos: dict[str, bytes]) -> dict[str, BinaryInfo]:
+    return {path: analyse_macho(path, data) for path, data in machos.items()}
+
+
+@pytest.fixture(scope="module")
+def macos_plan(real_wheel_macos: Path) -> Plan:
+    return make_plan(real_wheel_macos, load_recipe())
+
+
+def otool_load_commands(path: Path) -> dict[str, list[str]]:
+    """`llvm-otool -l`: each LC_ID_DYLIB / LC_LOAD*_DYLIB name and LC_RPATH path, in order."""
+    text = subprocess.run(
+        [tool("llvm-otool-14"), "-l", str(path)], capture_output=True, text=True, check=True
+    ).stdout
+    out: dict[str, list[str]] = {}
+    command = ""
+    for line in text.splitlines():
+        field = line.split()
+        if field[:1] == ["cmd"]:
+            command = field[1]
+        elif field[:1] in (["name"], ["path"]) and "(offset" in line:
+            value = re.match(r"\s*(?:name|path) (.*) \(offset \d+\)", line)
+            assert value is not None, line
+            out.setdefault(command, []).append(value.group(1))
+    return out
+
+
+def test_wheel_has_the_measured_machos(machos: dict[str, bytes]) -> None:
+    libs = sorted(p.removeprefix(LIB) for p in machos if p.startswith(LIB))
+    assert len(machos) == 19
+    assert libs == [
+        "libexecutorch.dylib",
+        "libexecutorch_backend_coreml.dylib",
+        "libexecutorch_backend_mlx.dylib",
+        "libexecutorch_backend_xnnpack.dylib",
+        "libexecutorch_etdump.dylib",
+        "libexecutorch_kernels_optimized.dylib",
+        "libexecutorch_kernels_quantized.dylib",
+        "libexecutorch_kernels_torchao.dylib",
+        "libexecutorch_threadpool.dylib",
+    ]
+
+
+def test_load_commands_match_llvm_otool(
+    machos: dict[str, bytes], infos: dict[str, BinaryInfo], tmp_path: Path
+) -> None:
+    for path, data in sorted(machos.items()):
+        copy = tmp_path / Path(path).name
+        copy.write_bytes(data)
+        seen = otool_load_commands(copy)
+        info = infos[path]
+        assert info.soname == "".join(seen.get("LC_ID_DYLIB", [])), path
+        loads = [
+            name
+            for command, names in seen.items()
+            if command in ("LC_LOAD_DYLIB", "LC_LOAD_WEAK_DYLIB", "LC_REEXPORT_DYLIB")
+            for name in names
+        ]
+        assert sorted(info.needed) == sorted(loads), path
+        assert list(info.weak) == seen.get("LC_LOAD_WEAK_DYLIB", []), path
+        assert list(info.runpath) == seen.get("LC_RPATH", []), path
+        assert info.machine == "CPU_TYPE_ARM64"
+
+
+def test_runtime_dylibs_are_linked_like_upstream_says(infos: dict[str, BinaryInfo]) -> None:
+    plugin = infos[PLUGIN]
+    assert "@rpath/libexecutorch_kernels_quantized.dylib" in plugin.needed
+    assert infos[QLIB].soname == "@rpath/libexecutorch_kernels_quantized.dylib"
+    assert infos[QLIB].runpath[0] == "@loader_path"
+    # no conda $PREFIX/lib among the plugin's rpaths: relocation is needed, as on Linux
+    assert "@loader_path/../../../../lib" not in plugin.runpath
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, id=Path(p).stem) for p in TABLES])
+def test_kernel_tables_match_an_independent_fixup_walk(
+    machos: dict[str, bytes], infos: dict[str, BinaryInfo], path: str
+) -> None:
+    independent = kernel_table_entries(machos[path])
+    assert len(independent) == len(set(independent)) == TABLES[path]
+    assert infos[path].et_operators == tuple(sorted(independent))
+    assert infos[path].operators_known
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, id=Path(p).stem) for p in (TORCHAO, CUSTOM_OPS)])
+def test_initializer_registrations_are_unknown_not_zero(
+    machos: dict[str, bytes], infos: dict[str, BinaryInfo], path: str, tmp_path: Path
+) -> None:
+    copy = tmp_path / Path(path).name
+    copy.write_bytes(machos[path])
+    undefined = subprocess.run(
+        [tool("llvm-nm-14"), "--undefined-only", str(copy)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert REGISTER_KERNELS in undefined  # it registers kernels ...
+    assert kernel_table_entries(machos[path]) == []  # ... from no static table
+    assert infos[path].registry == "uses"
+    assert infos[path].operators_known is False
+
+
+def test_export_plugin_registers_the_linux_torch_schemas(
+    infos: dict[str, BinaryInfo], real_plan: Plan
+) -> None:
+    plugin = infos[PLUGIN]
+    assert plugin.et_operators == () and plugin.operators_known
+    linux = real_plan.binary(PLUGIN.replace(".dylib", ".so"))
+    assert linux is not None
+    assert plugin.torch_schemas == linux.torch_schemas and len(plugin.torch_schemas) == 13
+
+
+def test_upstream_signatures_check_and_a_changed_byte_fails(machos: dict[str, bytes]) -> None:
+    for path, data in machos.items():
+        assert check_signature(data) == [], path
+    changed = bytearray(machos[QLIB])
+    changed[0x5000] ^= 1
+    assert check_signature(bytes(changed)) == ["page 5 (offset 0x5000) hash differs"]
+
+
+def test_every_file_owned_exactly_once(macos_plan: Plan) -> None:
+    owned = [f for p in macos_plan.packages for f in p.files]
+    assert len(owned) == len(set(owned)) == len(macos_plan.wheel.entries) == 4762
+
+
+def test_packages_hold_what_the_issue_says(macos_plan: Plan) -> None:
+    assert macos_plan.package(QUANTIZED).files == (QLIB,)
+    runtime = macos_plan.package(RUNTIME).files
+    dylibs = [f for f in runtime if f.startswith(LIB) and f.endswith(".dylib")]
+    assert len(dylibs) == 8 and QLIB not in dylibs
+    assert f"{LIB}mlx.metallib" in runtime
+    assert set(macos_plan.package(RUNTIME).cmake_components) == {
+        "runtime",
+        "threadpool",
+        "kernels_optimized",
+        "etdump",
+        "backend_xnnpack",
+        "backend_coreml",
+        "backend_mlx",
+        "kernels_torchao",
+    }
+    export = macos_plan.package(EXPORT)
+    assert PLUGIN in export.files
+    assert {d.name for d in export.depends} == {RUNTIME, QUANTIZED}
+    evidence = next(d for d in export.depends if d.name == QUANTIZED).evidence
+    assert f"{PLUGIN} NEEDS @rpath/libexecutorch_kernels_quantized.dylib" in evidence
+    assert [d.pip for d in export.externals] == ["torch>=2.13,<2.14"]
+    assert "/usr/lib/libc++.1.dylib" in macos_plan.package(RUNTIME).system_sonames
+
+
+def test_platform_and_conda_metadata(macos_plan: Plan) -> None:
+    assert macos_plan.platform.conda_subdir == "osx-arm64"
+    assert macos_plan.platform.macos == "14.0"
+    runtime = macos_plan.package(RUNTIME)
+    depends = conda_depends(macos_plan, runtime, {})
+    assert "__osx >=14.0" in depends and "libcxx" in depends
+    assert not any(d.startswith("__glibc") for d in depends)
+    export = conda_depends(
+        macos_plan, macos_plan.package(EXPORT), {RUNTIME: "h0_0", QUANTIZED: "h1_0"}
+    )
+    # coremltools applies on Darwin (its marker), as pip on a Mac would decide
+    assert any(d.startswith("coremltools") for d in export)
+
+
+def test_exclusivity_verdict_says_what_it_could_not_see(macos_plan: Plan) -> None:
+    (verdict,) = macos_plan.exclusive
+    assert (verdict.first, verdict.second) == (PLUGIN, QLIB)
+    assert verdict.in_effect is False and verdict.operators == ()
+    assert f"{QLIB} registers 19 ExecuTorch kernels (uses registry)" in verdict.evidence
+    assert any("NEEDS @rpath/libexecutorch_kernels_quantized.dylib" in e for e in verdict.evidence)
+    unseen = [e for e in verdict.evidence if "cannot be counted statically" in e]
+    assert [e.split()[0] for e in unseen] == [CUSTOM_OPS, TORCHAO]
