@@ -3,9 +3,11 @@ chained-fixup walk (tests/machotools.py), and the plan of the whole wheel."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -13,6 +15,9 @@ import pytest
 from machotools import check_signature, kernel_table_entries
 
 from splitter.binaries.macho import analyse_macho, is_macho
+from splitter.binaries.relocate import set_macho_rpaths
+from splitter.binaries.resolve import find_unresolved
+from splitter.errors import SplitterError
 from splitter.model import BinaryInfo, Plan
 from splitter.plan import make_plan
 from splitter.recipe import load_recipe
@@ -231,3 +236,120 @@ def test_exclusivity_verdict_says_what_it_could_not_see(macos_plan: Plan) -> Non
     assert any("NEEDS @rpath/libexecutorch_kernels_quantized.dylib" in e for e in verdict.evidence)
     unseen = [e for e in verdict.evidence if "cannot be counted statically" in e]
     assert [e.split()[0] for e in unseen] == [CUSTOM_OPS, TORCHAO]
+
+
+PREFIX = "usr/local"
+
+
+@pytest.fixture(scope="module")
+def macos_tree(real_wheel_macos: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`splitter build --target tree` of the macOS wheel (prefix /usr/local)."""
+    out = tmp_path_factory.mktemp("macos-tree") / "tree"
+    command = [sys.executable, "-m", "splitter", "-q", "build", "--target", "tree"]
+    result = subprocess.run(
+        [*command, str(real_wheel_macos), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def tree_union(tree: Path) -> dict[str, Path]:
+    """Prefix-relative path -> staged file, over the three packages' trees."""
+    union = {}
+    for package in (RUNTIME, QUANTIZED, EXPORT):
+        root = tree / package / PREFIX
+        for path in root.rglob("*"):
+            if path.is_file():
+                union[path.relative_to(root).as_posix()] = path
+    return union
+
+
+def staged_machos(union: dict[str, Path]) -> dict[str, bytes]:
+    out = {}
+    for relative, path in union.items():
+        data = path.read_bytes()
+        if is_macho(data):
+            out[relative] = data
+    return out
+
+
+def test_staged_machos_keep_valid_signatures_and_install_names(
+    macos_tree: Path, machos: dict[str, bytes], infos: dict[str, BinaryInfo]
+) -> None:
+    staged = staged_machos(tree_union(macos_tree))
+    assert len(staged) == len(machos) == 19
+    by_name = {Path(p).name: p for p in machos}
+    edited = 0
+    for relative, data in sorted(staged.items()):
+        assert check_signature(data) == [], relative
+        original = by_name[Path(relative).name]
+        after = analyse_macho(relative, data, registrations=False)
+        assert after.soname == infos[original].soname, relative  # install names unchanged
+        assert after.needed == infos[original].needed, relative
+        if after.runpath == infos[original].runpath:
+            assert data == machos[original], f"{relative} needed no change but was rewritten"
+        else:
+            edited += 1
+    # flatc loads only system libraries and has no LC_RPATH: the one file left as it was
+    assert edited == 18
+    flatc = next(data for path, data in staged.items() if path.endswith("/data/bin/flatc"))
+    assert flatc == machos["executorch/data/bin/flatc"]
+
+
+def test_every_rpath_dependency_resolves_per_llvm_otool(macos_tree: Path) -> None:
+    """dyld's search, from `llvm-otool -l` of the staged files (not from splitter's reader)."""
+    union = tree_union(macos_tree)
+    recipe = load_recipe()
+    externals = {s for e in recipe.externals for s in e.sonames}
+    unresolved = []
+    for relative, path in sorted(union.items()):
+        if relative not in staged_machos({relative: path}):
+            continue
+        seen = otool_load_commands(path)
+        here = Path(relative).parent
+        search = [
+            (here / e.removeprefix("@loader_path").lstrip("/")).as_posix()
+            for e in seen.get("LC_RPATH", [])
+        ]
+        for name in seen.get("LC_LOAD_DYLIB", []):
+            if name in externals or name.startswith(("/usr/lib/", "/System/Library/")):
+                continue
+            leaf = name.removeprefix("@rpath/")
+            if not any(os.path.normpath(f"{d}/{leaf}") in union for d in search):
+                unresolved.append(f"{relative} -> {name} via {search}")
+    assert unresolved == []
+
+
+def test_resolver_reports_a_broken_rpath(macos_tree: Path, tmp_path: Path) -> None:
+    union = {k: Path(v) for k, v in tree_union(macos_tree).items()}
+    allowed = frozenset(s for e in load_recipe().externals for s in e.sonames) | frozenset(
+        load_recipe().system_sonames
+    )
+    paths = load_recipe().system_paths
+    assert find_unresolved(union, allowed, system_paths=paths) == []
+    broken = tmp_path / "libexecutorch_kernels_quantized.dylib"
+    shutil.copy(union["lib/libexecutorch_kernels_quantized.dylib"], broken)
+    set_macho_rpaths(broken, ("@loader_path",), ("@loader_path/../nowhere",))
+    assert check_signature(broken.read_bytes()) == []
+    union["lib/libexecutorch_kernels_quantized.dylib"] = broken
+    problems = find_unresolved(union, allowed, system_paths=paths)
+    assert problems == [
+        "lib/libexecutorch_kernels_quantized.dylib NEEDS @rpath/libexecutorch_threadpool.dylib "
+        "(searched: nowhere)",
+        "lib/libexecutorch_kernels_quantized.dylib NEEDS @rpath/libexecutorch.dylib "
+        "(searched: nowhere)",
+    ]
+
+
+def test_missing_install_name_tool_names_the_package(
+    tmp_path: Path, machos: dict[str, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "libexecutorch_kernels_quantized.dylib"
+    target.write_bytes(machos[QLIB])
+    monkeypatch.setenv("PATH", str(tmp_path))  # a PATH without LLVM
+    with pytest.raises(SplitterError, match=r"apt-get install llvm-14"):
+        set_macho_rpaths(target, ("@loader_path",), ())
+    assert target.read_bytes() == machos[QLIB]
