@@ -3,15 +3,18 @@ chained-fixup walk (tests/machotools.py), and the plan of the whole wheel."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
+import zstandard
 from machotools import check_signature, kernel_table_entries
 
 from splitter.binaries.macho import analyse_macho, is_macho
@@ -353,3 +356,157 @@ def test_missing_install_name_tool_names_the_package(
     with pytest.raises(SplitterError, match=r"apt-get install llvm-14"):
         set_macho_rpaths(target, ("@loader_path",), ())
     assert target.read_bytes() == machos[QLIB]
+
+
+def run_build(wheel: Path, target: str, out: Path) -> None:
+    command = [sys.executable, "-m", "splitter", "-q", "build", "--target", target]
+    result = subprocess.run(
+        [*command, str(wheel), "-o", str(out)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.fixture(scope="module")
+def macos_channel(real_wheel_macos: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("macos-conda") / "channel"
+    run_build(real_wheel_macos, "conda", out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def macos_prefix(macos_channel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One conda prefix holding all three osx-arm64 packages (py-rattler, no solver)."""
+    from conda_tools import install
+
+    prefix = tmp_path_factory.mktemp("macos-prefix") / "env"
+    install(prefix, sorted((macos_channel / "osx-arm64").glob("*.conda")))
+    return prefix
+
+
+def conda_index(package: Path) -> dict[str, object]:
+    with zipfile.ZipFile(package) as archive:
+        info = next(n for n in archive.namelist() if n.startswith("info-"))
+        raw = zstandard.ZstdDecompressor().stream_reader(archive.open(info))
+        with tarfile.open(fileobj=raw, mode="r|") as tar:
+            for member in tar:
+                if member.name == "info/index.json":
+                    handle = tar.extractfile(member)
+                    assert handle is not None
+                    data: dict[str, object] = json.load(handle)
+                    return data
+    raise AssertionError(f"no info/index.json in {package}")
+
+
+def test_conda_writes_three_osx_arm64_packages(macos_channel: Path) -> None:
+    built = sorted(p.name.split("-1.5.1-")[0] for p in (macos_channel / "osx-arm64").glob("*"))
+    assert built == [EXPORT, QUANTIZED, RUNTIME, "repodata.json"]
+    runtime = conda_index(next((macos_channel / "osx-arm64").glob(f"{RUNTIME}-*.conda")))
+    assert runtime["subdir"] == "osx-arm64"
+    assert runtime["depends"] == ["__osx >=14.0", "libcxx"]
+    export = conda_index(next((macos_channel / "osx-arm64").glob(f"{EXPORT}-*.conda")))
+    depends = export["depends"]
+    assert isinstance(depends, list)
+    assert any(str(d).startswith(f"{QUANTIZED} ==1.5.1 ") for d in depends)
+    assert "python_abi 3.11.* *_cp311" in depends
+
+
+def test_conda_prefix_signatures_resolution_and_install_names(
+    macos_prefix: Path, machos: dict[str, bytes], infos: dict[str, BinaryInfo]
+) -> None:
+    union = {
+        p.relative_to(macos_prefix).as_posix(): p
+        for p in macos_prefix.rglob("*")
+        if p.is_file() and "conda-meta" not in p.parts
+    }
+    staged = staged_machos(union)
+    assert len(staged) == 19
+    by_name = {Path(p).name: p for p in machos}
+    for relative, data in staged.items():
+        assert check_signature(data) == [], relative
+        after = analyse_macho(relative, data, registrations=False)
+        assert after.soname == infos[by_name[Path(relative).name]].soname, relative
+    recipe = load_recipe()
+    allowed = frozenset(s for e in recipe.externals for s in e.sonames)
+    assert find_unresolved(union, allowed, system_paths=recipe.system_paths) == []
+    plugin = analyse_macho("p", staged[f"lib/python3.11/site-packages/{PLUGIN}"], False)
+    assert "@loader_path/../../../../.." in plugin.runpath  # the prefix's lib/
+
+
+def test_wheels_unpack_to_upstream_layout(real_wheel_macos: Path, tmp_path: Path) -> None:
+    out = tmp_path / "wheels"
+    run_build(real_wheel_macos, "wheel", out)
+    names = sorted(p.name for p in out.glob("*.whl"))
+    assert names == [
+        "executorch_export-1.5.1-cp311-cp311-macosx_14_0_arm64.whl",
+        "executorch_kernels_quantized-1.5.1-py3-none-macosx_14_0_arm64.whl",
+        "executorch_runtime-1.5.1-py3-none-macosx_14_0_arm64.whl",
+    ]
+    unpacked: dict[str, bytes] = {}
+    for wheel in out.glob("*.whl"):
+        with zipfile.ZipFile(wheel) as archive:
+            for name in archive.namelist():
+                if ".dist-info/" not in name:
+                    assert name not in unpacked, name
+                    unpacked[name] = archive.read(name)
+    with zipfile.ZipFile(real_wheel_macos) as archive:
+        upstream = {n: archive.read(n) for n in archive.namelist() if ".dist-info/" not in n}
+    # the CMake config is regenerated per package, as for Linux; everything else is upstream's
+    cmake = ("executorch/share/cmake/", "executorch/lib/cmake/")
+    assert set(upstream) <= set(unpacked)
+    assert all(p.startswith(cmake) for p in set(unpacked) - set(upstream))
+    changed = [p for p in upstream if unpacked[p] != upstream[p]]
+    assert changed and all(p.startswith(cmake) for p in changed)
+    signed = [data for data in unpacked.values() if is_macho(data)]
+    assert len(signed) == 19 and all(check_signature(data) == [] for data in signed)
+
+
+PROBE = """cmake_minimum_required(VERSION 3.19)
+project(probe NONE)
+find_package(executorch REQUIRED CONFIG COMPONENTS kernels_quantized)
+message(STATUS "APPLE=${APPLE}")
+message(STATUS "LIBRARIES=${EXECUTORCH_LIBRARIES}")
+message(STATUS "QUANTIZED=${EXECUTORCH_QUANTIZED_KERNELS_LIBRARY}")
+if(TARGET executorch::kernels_quantized)
+  get_target_property(_location executorch::kernels_quantized IMPORTED_LOCATION)
+  get_target_property(_options executorch::kernels_quantized INTERFACE_LINK_OPTIONS)
+  message(STATUS "LOCATION=${_location}")
+  message(STATUS "OPTIONS=${_options}")
+endif()
+"""
+
+
+@pytest.mark.parametrize("label", ["3.24", "4.x"])
+def test_cmake_config_evaluates_for_darwin(macos_prefix: Path, label: str, tmp_path: Path) -> None:
+    """The config as a Darwin consumer sees it (CMAKE_SYSTEM_NAME=Darwin, no compiler): dylib
+    paths, @loader_path rpaths and no GNU --no-as-needed, as upstream's macOS config."""
+    from consumer_tools import cmake_executable
+
+    (tmp_path / "CMakeLists.txt").write_text(PROBE)
+    darwin = ["-DCMAKE_SYSTEM_NAME=Darwin", f"-DCMAKE_PREFIX_PATH={macos_prefix}"]
+    result = subprocess.run(
+        [str(cmake_executable(label)), "-S", str(tmp_path), "-B", str(tmp_path / "build"), *darwin],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    values = dict(
+        line.removeprefix("-- ").split("=", 1)
+        for line in result.stdout.splitlines()
+        if line.startswith("-- ") and "=" in line
+    )
+    assert values["APPLE"] == "1"
+    lib = f"{macos_prefix}/lib"
+    assert "no-as-needed" not in result.stdout
+    if label == "4.x":
+        assert values["QUANTIZED"] == "executorch::kernels_quantized"
+        assert values["LOCATION"] == f"{lib}/libexecutorch_kernels_quantized.dylib"
+        assert values["OPTIONS"].split(";") == [
+            "LINKER:-rpath,@loader_path",
+            "LINKER:-rpath,@loader_path/../lib",
+            f"LINKER:-rpath,{lib}",
+        ]
+    else:
+        assert values["QUANTIZED"] == f"{lib}/libexecutorch_kernels_quantized.dylib"
+        assert values["LIBRARIES"].split(";")[0] == f"{lib}/libexecutorch.dylib"
+        assert len(values["LIBRARIES"].split(";")) == 8

@@ -48,6 +48,7 @@ def generated_files(
                         runtime_package=package.name,
                         providers=providers,
                         layout=cmake_layout,
+                        macos=bool(plan.platform.macos),
                     ),
                     False,
                 )
@@ -93,6 +94,7 @@ def generated_files(
                     libs=(_link_name(libraries[RUNTIME_COMPONENT]),),
                     retained=retained,
                     definitions=definitions,
+                    retain=not plan.platform.macos,
                 ),
                 False,
             )
@@ -112,6 +114,7 @@ def generated_files(
                     retained=tuple(_link_name(libraries[c]) for c in package.cmake_components),
                     requires=f"executorch = {plan.wheel.version}",
                     cflags=False,
+                    retain=not plan.platform.macos,
                 ),
                 False,
             )
@@ -139,7 +142,7 @@ def exclusive_pairs(plan: Plan, library: str) -> list[tuple[str, bool, str, str]
 
 
 def _link_name(library: str) -> str:
-    stem = library.split(".so", 1)[0]
+    stem = library.removesuffix(".dylib").split(".so", 1)[0]
     return stem[3:] if stem.startswith("lib") else stem
 
 
