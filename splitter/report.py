@@ -137,7 +137,7 @@ def release_json(release: Release) -> dict[str, Any]:
                 "pythons": ["{}.{}".format(*p.platform.python) for p in group.plans],
                 "identical": "every file of the shared packages, but for the stamped ones",
                 "stamped": [
-                    {"path": f.path, "region": "GNU build-id", "wheels": list(f.wheels)}
+                    {"path": f.path, "region": f.region, "wheels": list(f.wheels)}
                     for f in group.stamped
                 ],
                 "packages": rows,

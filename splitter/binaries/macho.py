@@ -127,3 +127,17 @@ def _torch_schemas(binary: lief.MachO.Binary) -> tuple[str, ...]:
         return ()
     names = {m.group(1).decode() for m in SCHEMA.finditer(bytes(section.content))}
     return tuple(sorted(names))
+
+
+def stamped_spans(path: str, data: bytes) -> tuple[tuple[int, int], ...]:
+    """(offset, length) of what the linker stamps per link in the Mach-O file `data`: the
+    LC_UUID and the code signature (its page hashes cover the UUID). Two links of the same
+    code differ there and only there."""
+    binary = parse_macho(path, data)
+    spans = []
+    for command in binary.commands:
+        if isinstance(command, lief.MachO.UUIDCommand):
+            spans.append((command.command_offset + 8, 16))  # after cmd and cmdsize
+        elif isinstance(command, lief.MachO.CodeSignature):
+            spans.append((command.data_offset, command.data_size))
+    return tuple(sorted(spans))
