@@ -120,8 +120,10 @@ def render_pkgconfig(
     requires: str = "",
     cflags: bool = True,
     definitions: tuple[str, ...] = (),
+    retain: bool = True,
 ) -> str:
-    """A relocatable .pc file (prefix from ${pcfiledir}); `retained` libs stay NEEDED."""
+    """A relocatable .pc file (prefix from ${pcfiledir}); `retained` libs stay NEEDED, with
+    GNU ld's --no-as-needed when `retain` (ld64 on macOS keeps every dylib it is given)."""
     lines = [
         f"prefix=${{pcfiledir}}/{to_prefix}",
         f"libdir=${{prefix}}/{libdir}",
@@ -134,7 +136,9 @@ def render_pkgconfig(
     if requires:
         lines.append(f"Requires: {requires}")
     flags = ["-L${libdir}"]
-    if retained:
+    if retained and not retain:
+        flags += [f"-l{lib}" for lib in retained]
+    elif retained:
         flags += [
             "-Wl,--push-state,--no-as-needed",
             *(f"-l{lib}" for lib in retained),

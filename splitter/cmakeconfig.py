@@ -20,6 +20,9 @@ from splitter.cmake import (
     escape_quoted,
 )
 
+# GNU ld drops a registration-only library nothing calls unless told to keep it NEEDED
+RETAIN_OPTION = '\n            "LINKER:--push-state,--no-as-needed,${_executorch_lib},--pop-state"'
+
 
 def render_config(
     *,
@@ -28,8 +31,17 @@ def render_config(
     runtime_package: str,
     providers: dict[str, str],
     layout: CMakeLayout,
+    macos: bool = False,
 ) -> str:
-    """The core config: locate the prefix, load fragments, define variables and targets."""
+    """The core config: locate the prefix, load fragments, define variables and targets;
+    `macos` spells the imported targets' link options for Mach-O, as upstream's macOS config
+    does (@loader_path rpaths, no --no-as-needed: ld64 keeps every dylib it is given)."""
+    origin = "@loader_path" if macos else "$ORIGIN"
+    to_libdir = escape_quoted(layout.libdir_from_bindir)
+    rpath = (
+        f'"LINKER:-rpath,{origin}"\n        "LINKER:-rpath,{origin}/{to_libdir}" '
+        '"LINKER:-rpath,${_executorch_libdir}"'
+    )
     return configure(
         "executorch-config.cmake.in",
         {
@@ -43,11 +55,14 @@ def render_config(
             "DEFINITIONS": " ".join(BASE_DEFINITIONS),
             "DEFINITION_LIST": escape_quoted(";".join(BASE_DEFINITIONS)),
             "KNOWN": escape_quoted(" ".join(sorted({RUNTIME_COMPONENT, *providers}))),
-            "LIBDIR_FROM_BINDIR": escape_quoted(layout.libdir_from_bindir),
+            # Mach-O: CMake's APPLE; ELF: Linux, where DT_RUNPATH needs --enable-new-dtags
+            "LOADER_CONDITION": "APPLE" if macos else 'CMAKE_SYSTEM_NAME STREQUAL "Linux"',
             "PROVIDERS": "\n".join(
                 f"set(_executorch_provider_{name} {bracket(package)})"
                 for name, package in sorted(providers.items())
             ),
+            "RETAIN_OPTION": "" if macos else RETAIN_OPTION,
+            "RPATH_OPTIONS": rpath if macos else f'"LINKER:--enable-new-dtags" {rpath}',
             "RUNTIME_COMPONENT": RUNTIME_COMPONENT,
             "RUNTIME_LIBRARY": escape_quoted(runtime_library),
             "RUNTIME_PACKAGE": escape_quoted(runtime_package),

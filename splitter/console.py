@@ -207,6 +207,8 @@ def show_plan(result: Plan) -> None:
     out.print(table)
     rules = make_table("rule", "glob", "package", "reason")
     for rule in result.recipe.rules:
+        if not rule.applies(wheel.platform_tag):
+            continue  # another platform's rule took no part in this split
         rules.add_row(str(rule.index), "\n".join(rule.globs), rule.package, rule.reason)
     out.print(rules)
     for verdict in result.exclusive:

@@ -5,8 +5,10 @@ colliding pair is an error. Part of make_plan."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from splitter.errors import ExclusivityError, RecipeError
-from splitter.model import BinaryInfo, Dependency, Recipe, Verdict
+from splitter.model import BinaryInfo, Dependency, Recipe, Verdict, matches_platform
 
 
 def judge_exclusive(
@@ -15,18 +17,23 @@ def judge_exclusive(
     closure: dict[str, frozenset[str]],
     owners: dict[str, tuple[str, int]],
     recipe: Recipe,
+    platform_tag: str,
 ) -> tuple[Verdict, ...]:
-    """Decide every declared pair from the binaries, and refuse undeclared collisions."""
-    declared = {frozenset((p.first, p.second)): p for p in recipe.exclusive}
+    """Decide every declared pair of this platform from the binaries, and refuse undeclared
+    collisions; each verdict also names the files whose operators could not be seen."""
+    pairs = [p for p in recipe.exclusive if matches_platform(p.platforms, platform_tag)]
+    declared = {frozenset((p.first, p.second)): p for p in pairs}
+    unseen = tuple(b.path for b in binaries if not b.operators_known)
     verdicts: list[Verdict] = []
-    for pair in recipe.exclusive:
+    for pair in pairs:
         for path in (pair.first, pair.second):
             if path not in by_path:
                 raise RecipeError(
                     f"process_exclusive names a file that is not a shipped ELF ({path}): "
                     f"{recipe.path}:{pair.line}\ncorrect the path"
                 )
-        verdicts.append(_verdict(by_path[pair.first], by_path[pair.second], closure, owners, True))
+        verdict = _verdict(by_path[pair.first], by_path[pair.second], closure, owners, True)
+        verdicts.append(_with_unseen(verdict, unseen))
     registering = [b for b in binaries if b.et_operators]
     undeclared = []
     for i, first in enumerate(registering):
@@ -51,6 +58,19 @@ def judge_exclusive(
     return tuple(verdicts)
 
 
+def _with_unseen(verdict: Verdict, unseen: tuple[str, ...]) -> Verdict:
+    """The verdict with what it could not see: files that register kernels from initializer
+    code, whose operators no static reading can compare (unknown, not zero)."""
+    if not unseen:
+        return verdict
+    evidence = [
+        f"{path} registers ExecuTorch kernels from initializer code: its operators cannot be "
+        "counted statically, so a collision with it is neither shown nor ruled out"
+        for path in unseen
+    ]
+    return replace(verdict, evidence=(*verdict.evidence, *evidence))
+
+
 def _verdict(
     first: BinaryInfo,
     second: BinaryInfo,
@@ -60,9 +80,9 @@ def _verdict(
 ) -> Verdict:
     common = tuple(sorted(set(first.et_operators) & set(second.et_operators)))
     evidence = [
-        f"{first.path} registers {len(first.et_operators)} ExecuTorch kernels"
+        f"{first.path} registers {_count(first)} ExecuTorch kernels"
         + (f" ({first.registry} registry)" if first.registry else " (no registry use)"),
-        f"{second.path} registers {len(second.et_operators)} ExecuTorch kernels"
+        f"{second.path} registers {_count(second)} ExecuTorch kernels"
         + (f" ({second.registry} registry)" if second.registry else " (no registry use)"),
     ]
     first_loads = second.path in closure[first.path]
@@ -106,3 +126,10 @@ def check_verdicts_against_depends(
                 f"{verdict.first} ({a}) and {verdict.second} ({b}) must not share a process, "
                 f"but one package depends on the other, so installing it brings both"
             )
+
+
+def _count(binary: BinaryInfo) -> str:
+    """How many operators a file registers, or that the number is unknown."""
+    if binary.operators_known:
+        return str(len(binary.et_operators))
+    return f"an unknown number of (at least {len(binary.et_operators)})"

@@ -16,6 +16,9 @@ from splitter.model import Platform, Recipe, WheelInfo
 
 # manylinux machine -> conda subdir
 SUBDIRS = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
+# macOS machine -> conda subdir (upstream ships no macOS x86_64 wheel)
+MACOS_SUBDIRS = {"arm64": "osx-arm64"}
+MACOS_TAG = re.compile(r"macosx_(\d+)_(\d+)_(\w+)")
 LEGACY_GLIBC = {"manylinux2014": "2.17", "manylinux2010": "2.12", "manylinux1": "2.5"}
 
 
@@ -27,10 +30,22 @@ def machine_subdir() -> str:
 def decide_platform(wheel: WheelInfo) -> Platform:
     """The platform a wheel's tags name; refuses tags there is no conda subdir for."""
     tag = wheel.platform_tag
+    python = wheel.python_tag
+    macos = MACOS_TAG.fullmatch(tag)
+    if macos is not None and macos.group(3) in MACOS_SUBDIRS:
+        return Platform(
+            tag=tag,
+            machine=macos.group(3),
+            conda_subdir=MACOS_SUBDIRS[macos.group(3)],
+            glibc="",
+            python=(int(python[2]), int(python[3:])),
+            macos=f"{macos.group(1)}.{macos.group(2)}",
+        )
     machine = next((m for m in SUBDIRS if tag.startswith("manylinux") and tag.endswith(m)), None)
     if machine is None:
         raise UnsupportedWheel(
-            f"no conda subdir for platform tag (only manylinux x86_64/aarch64): {tag}"
+            f"no conda subdir for platform tag (only manylinux x86_64/aarch64 and "
+            f"macosx arm64): {tag}"
         )
     match = re.match(r"manylinux_(\d+)_(\d+)_", tag)
     glibc = (
@@ -38,7 +53,6 @@ def decide_platform(wheel: WheelInfo) -> Platform:
         if match
         else next((v for k, v in LEGACY_GLIBC.items() if tag.startswith(k)), "2.17")
     )
-    python = wheel.python_tag
     return Platform(
         tag=tag,
         machine=machine,
@@ -72,8 +86,8 @@ def conda_requirements(wheel: WheelInfo, recipe: Recipe, platform: Platform) -> 
         {
             "python_version": f"{major}.{minor}",
             "python_full_version": f"{major}.{minor}.0",
-            "platform_system": "Linux",
-            "sys_platform": "linux",
+            "platform_system": "Darwin" if platform.macos else "Linux",
+            "sys_platform": "darwin" if platform.macos else "linux",
             "platform_machine": platform.machine,
             "os_name": "posix",
             "implementation_name": "cpython",

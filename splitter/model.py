@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -74,7 +75,7 @@ class WheelInfo:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BinaryInfo:
-    """What the dynamic linker and the kernel registries will see of one ELF file."""
+    """What the dynamic linker and the kernel registries will see of one ELF or Mach-O file."""
 
     path: str
     machine: str
@@ -85,11 +86,21 @@ class BinaryInfo:
     registry: Registry
     et_operators: tuple[str, ...]  # operators in its static ExecuTorch Kernel tables
     torch_schemas: tuple[str, ...]  # schema strings it hands to the torch dispatcher
+    # Mach-O only: LC_LOAD_WEAK_DYLIB names (also in `needed`; dyld loads on without them)
+    weak: tuple[str, ...] = ()
+    # False when the file registers kernels from initializer code rather than static tables:
+    # `et_operators` is then what could be seen, and the real set is unknown (not empty)
+    operators_known: bool = True
 
     @property
     def provides(self) -> str:
         """The name a NEEDED entry must use to reach this file."""
         return self.soname or self.path.rsplit("/", 1)[-1]
+
+    @property
+    def macho(self) -> bool:
+        """Whether this is a Mach-O file (its machine is a Mach-O CPU type)."""
+        return self.machine.startswith("CPU_TYPE_")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,6 +113,16 @@ class Rule:
     package: str
     reason: str
     line: int
+    platforms: tuple[str, ...] = ()  # platform-tag globs the rule applies to; empty: all
+
+    def applies(self, tag: str) -> bool:
+        """Whether this rule takes part in splitting a wheel with platform tag `tag`."""
+        return matches_platform(self.platforms, tag)
+
+
+def matches_platform(platforms: tuple[str, ...], tag: str) -> bool:
+    """Whether `tag` matches one of the `platforms` globs; no globs means every platform."""
+    return not platforms or any(fnmatch.fnmatchcase(tag, p) for p in platforms)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,10 +136,10 @@ class PackageSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Component:
-    """A CMake component and the library that provides it."""
+    """A CMake component and the library that provides it (one file name per platform)."""
 
     name: str
-    library: str
+    libraries: tuple[str, ...]
     platforms: tuple[str, ...]
     line: int
 
@@ -154,6 +175,7 @@ class ExclusivePair:
     second: str
     reason: str
     line: int
+    platforms: tuple[str, ...] = ()  # platform-tag globs where both files ship; empty: all
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -174,6 +196,14 @@ class Recipe:
     exclusive: tuple[ExclusivePair, ...]
     deb: Distro | None = None  # [deb] of the recipe; None when it has none
     rpm: Distro | None = None  # [rpm] of the recipe; None when it has none
+    # globs over absolute install names the OS provides (macOS: /usr/lib, /System frameworks)
+    system_paths: tuple[str, ...] = ()
+
+    def is_system(self, name: str) -> bool:
+        """Whether the platform provides the library a binary loads as `name`."""
+        return name in self.system_sonames or (
+            name.startswith("/") and any(fnmatch.fnmatchcase(name, p) for p in self.system_paths)
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -226,8 +256,9 @@ class Platform:
     tag: str  # the wheel's platform tag, e.g. manylinux_2_28_x86_64
     machine: str  # x86_64 or aarch64, as PEP 508's platform_machine says it
     conda_subdir: str  # linux-64 or linux-aarch64
-    glibc: str  # the glibc the manylinux tag promises, e.g. 2.28
+    glibc: str  # the glibc the manylinux tag promises, e.g. 2.28 ("" on macOS)
     python: tuple[int, int]  # the CPython of the wheel's python tag, e.g. (3, 11)
+    macos: str = ""  # the macOS the macosx tag promises, e.g. 14.0 ("" on Linux)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

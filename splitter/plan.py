@@ -13,7 +13,7 @@ from types import MappingProxyType
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from splitter.binaries.elf import analyse_elf, is_elf
+from splitter.binaries.detect import analyse_binary, is_binary
 from splitter.errors import (
     BinaryError,
     OwnershipError,
@@ -47,7 +47,7 @@ def make_plan(wheel_path: Path, recipe: Recipe, progress: Progress | None = None
     seen = 0
 
     def wants(path: str, head: bytes) -> bool:
-        return is_elf(head) or path == VERSION_FILE
+        return is_binary(head) or path == VERSION_FILE
 
     def visit(path: str, data: bytes | None) -> None:
         nonlocal seen
@@ -56,8 +56,8 @@ def make_plan(wheel_path: Path, recipe: Recipe, progress: Progress | None = None
             progress("verify", seen, 0)
         if data is None:
             return
-        if is_elf(data):
-            binaries.append(analyse_elf(path, data))
+        if is_binary(data):
+            binaries.append(analyse_binary(path, data))
         elif path == VERSION_FILE:
             match = VERSION_ASSIGNMENT.search(data)
             if match:
@@ -73,12 +73,15 @@ def make_plan(wheel_path: Path, recipe: Recipe, progress: Progress | None = None
     provider = providers(binaries)
     closure = needed_closure(binaries, provider)
     depends, externals, system = resolve_needed(binaries, provider, owners, recipe, wheel)
-    verdicts = judge_exclusive(binaries, by_path, closure, owners, recipe)
+    verdicts = judge_exclusive(binaries, by_path, closure, owners, recipe, wheel.platform_tag)
     check_verdicts_against_depends(verdicts, depends)
 
     shipped = {e.path.removeprefix(LIB) for e in wheel.entries if e.path.startswith(LIB)}
     component_libraries = tuple(
-        (c.name, c.library) for c in recipe.components if c.library in shipped
+        (c.name, library)
+        for c in recipe.components
+        for library in c.libraries
+        if library in shipped
     )
     sizes = {e.path: e.size for e in wheel.entries}
     packages = []
@@ -147,7 +150,8 @@ def check_supported(wheel: WheelInfo, recipe: Recipe) -> None:
 
 def assign_owners(wheel: WheelInfo, recipe: Recipe) -> dict[str, tuple[str, int]]:
     """Map every wheel path to (package, rule index); all problems are raised at once."""
-    selector = Selector(recipe.rules)
+    rules = tuple(rule for rule in recipe.rules if rule.applies(wheel.platform_tag))
+    selector = Selector(rules)
     owners: dict[str, tuple[str, int]] = {}
     unowned: list[str] = []
     doubly: list[str] = []
@@ -165,7 +169,7 @@ def assign_owners(wheel: WheelInfo, recipe: Recipe) -> dict[str, tuple[str, int]
             owners[entry.path] = (claims[0].package, claims[0].index)
     if unowned or doubly:
         raise OwnershipError(unowned, doubly)
-    for rule in recipe.rules:
+    for rule in rules:
         if rule.index not in used:
             raise RecipeError(
                 f"rule matches no file of {wheel.filename} (rules[{rule.index}], glob "
@@ -180,9 +184,9 @@ def check_components(wheel: WheelInfo, recipe: Recipe) -> None:
     names = {e.path.removeprefix(LIB) for e in wheel.entries if e.path.startswith(LIB)}
     for component in recipe.components:
         required = any(fnmatch.fnmatchcase(wheel.platform_tag, p) for p in component.platforms)
-        if required and component.library not in names:
+        if required and not names.intersection(component.libraries):
             raise RecipeError(
-                f"component {component.name} needs {component.library}, which "
+                f"component {component.name} needs {' or '.join(component.libraries)}, which "
                 f"{wheel.filename} does not ship under executorch/lib/ "
                 f"(components.{component.name}): {recipe.path}:{component.line}\n"
                 "correct the library name or narrow its platforms"
@@ -244,7 +248,7 @@ def resolve_needed(
                     evidence[package][other].append(f"{binary.path} NEEDS {name}")
             elif name in external_of:
                 ext_evidence[package][external_of[name].name].append(f"{binary.path} NEEDS {name}")
-            elif name in recipe.system_sonames:
+            elif recipe.is_system(name):
                 system[package].add(name)
             else:
                 unresolved.append(f"{binary.path} NEEDS {name}")

@@ -141,6 +141,7 @@ def _build(source: Source, doc: dict[str, Any]) -> Recipe:
                 package=package,
                 reason=_get(source, table, "reason", str, where),
                 line=source.line(where),
+                platforms=_strings(source, table.get("platforms", []), f"{where}.platforms"),
             )
         )
 
@@ -151,7 +152,9 @@ def _build(source: Source, doc: dict[str, Any]) -> Recipe:
         components.append(
             Component(
                 name=name,
-                library=_get(source, table, "library", str, where),
+                libraries=_strings(
+                    source, _get(source, table, "library", object, where), f"{where}.library"
+                ),
                 platforms=_strings(source, table.get("platforms", []), f"{where}.platforms"),
                 line=source.line(where),
             )
@@ -196,6 +199,7 @@ def _build(source: Source, doc: dict[str, Any]) -> Recipe:
                 second=_get(source, table, "second", str, where),
                 reason=_get(source, table, "reason", str, where),
                 line=source.line(where),
+                platforms=_strings(source, table.get("platforms", []), f"{where}.platforms"),
             )
         )
 
@@ -214,6 +218,7 @@ def _build(source: Source, doc: dict[str, Any]) -> Recipe:
         exclusive=tuple(exclusive),
         deb=_distro(source, doc, "deb", "revision", names),
         rpm=_distro(source, doc, "rpm", "release", names),
+        system_paths=_strings(source, system.get("paths", []), "system.paths"),
     )
 
 

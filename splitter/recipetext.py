@@ -69,14 +69,14 @@ class Source:
 _KEYS: dict[str, tuple[str, frozenset[str]]] = {
     "recipe": ("table", frozenset({"project", "schema", "default_version", "supported_versions"})),
     "packages": ("each", frozenset({"summary", "python"})),
-    "rules": ("array", frozenset({"glob", "exclude", "package", "reason"})),
+    "rules": ("array", frozenset({"glob", "exclude", "package", "reason", "platforms"})),
     "components": ("each", frozenset({"library", "platforms"})),
     "externals": ("each", frozenset({"sonames", "site_dirs", "conda", "pip", "deb", "rpm"})),
-    "system": ("table", frozenset({"sonames", "conda"})),
+    "system": ("table", frozenset({"sonames", "paths", "conda"})),
     "conda": ("table", frozenset({"names"})),
     "deb": ("table", frozenset({"revision", "maintainer", "names", "system"})),
     "rpm": ("table", frozenset({"release", "maintainer", "names", "system"})),
-    "process_exclusive": ("array", frozenset({"first", "second", "reason"})),
+    "process_exclusive": ("array", frozenset({"first", "second", "reason", "platforms"})),
 }
 
 

@@ -6,7 +6,8 @@ quantized kernels) do not depend on the Python version, so they are packaged onc
 wheel: the one for the oldest Python, a stated and deterministic choice. That is only sound
 when each of their files is the same in every wheel of the group, so each is compared: equal
 digests, or, for an ELF file, equal bytes once the GNU build-id (which the linker stamps per
-link) is set aside. Any other difference, a file missing from one wheel, two wheels of one
+link) is set aside; for a Mach-O file, the LC_UUID and the code signature (whose page hashes
+cover the UUID). Any other difference, a file missing from one wheel, two wheels of one
 platform and Python, or wheels of two versions, is a ReleaseError naming the file and the
 wheels; every problem is reported at once.
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from splitter.binaries.elf import build_id_span
+from splitter.binaries.macho import is_macho, stamped_spans
 from splitter.errors import ReleaseError
 from splitter.model import Plan, Recipe
 from splitter.payload import Payload
@@ -34,6 +36,7 @@ class StampedFile:
 
     path: str
     wheels: tuple[str, ...]  # the wheels whose copy differs from the source wheel's there
+    region: str = "GNU build-id"  # Mach-O: "LC_UUID and code signature"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -136,6 +139,7 @@ def _compare_shared(
     source, others = members[0], members[1:]
     problems: list[str] = []
     stamped: dict[str, list[str]] = defaultdict(list)
+    regions: dict[str, str] = {}
     wanted = sorted(f for name in shared for f in source.package(name).files)
     digests = {e.path: e.sha256 for e in source.wheel.entries}
     elves = {b.path for b in source.binaries}
@@ -154,16 +158,52 @@ def _compare_shared(
             continue
         with Payload(source.wheel) as left, Payload(other.wheel) as right:
             for path in differing:
-                if path in elves and _same_but_build_id(path, left.read(path), right.read(path)):
+                mine_bytes, their_bytes = left.read(path), right.read(path)
+                stamp = "build-id"
+                if path in elves and is_macho(mine_bytes):
+                    stamp = MACHO_STAMPS
+                    if _same_but_spans(
+                        mine_bytes,
+                        their_bytes,
+                        stamped_spans(path, mine_bytes),
+                        stamped_spans(path, their_bytes),
+                    ):
+                        stamped[path].append(other.wheel.filename)
+                        regions[path] = MACHO_STAMPS
+                        continue
+                elif path in elves and _same_but_build_id(path, mine_bytes, their_bytes):
                     stamped[path].append(other.wheel.filename)
                     continue
                 problems.append(
                     "a file of a Python-independent package differs between two wheels of a "
-                    f"release beyond its build-id: {path}; wheels {source.wheel.filename} and "
+                    f"release beyond its {stamp}: {path}; wheels {source.wheel.filename} and "
                     f"{other.wheel.filename}\nthe package cannot be shared: rebuild the wheels "
                     "from one source tree, or split them one at a time"
                 )
-    return tuple(StampedFile(path=p, wheels=tuple(w)) for p, w in sorted(stamped.items())), problems
+    files = tuple(
+        StampedFile(path=p, wheels=tuple(w), **({"region": regions[p]} if p in regions else {}))
+        for p, w in sorted(stamped.items())
+    )
+    return files, problems
+
+
+MACHO_STAMPS = "LC_UUID and code signature"
+
+
+def _same_but_spans(
+    left: bytes,
+    right: bytes,
+    left_spans: tuple[tuple[int, int], ...],
+    right_spans: tuple[tuple[int, int], ...],
+) -> bool:
+    """Whether two files are the same bytes once the same stamped spans are zeroed in each."""
+    if len(left) != len(right) or not left_spans or left_spans != right_spans:
+        return False
+    blank_left, blank_right = bytearray(left), bytearray(right)
+    for start, size in left_spans:
+        blank_left[start : start + size] = bytes(size)
+        blank_right[start : start + size] = bytes(size)
+    return blank_left == blank_right
 
 
 def _same_but_build_id(path: str, left: bytes, right: bytes) -> bool:

@@ -70,6 +70,8 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "conda_subdir": plan.platform.conda_subdir,
             "glibc": plan.platform.glibc,
             "python": "{}.{}".format(*plan.platform.python),
+            # schema 1 grows only by keys that carry information: Linux plans are unchanged
+            **({"macos": plan.platform.macos} if plan.platform.macos else {}),
         },
         "recipe": plan.recipe.path.name,
         "cmake_components": {c: library for c, library in plan.component_libraries},
@@ -99,6 +101,8 @@ def plan_json(plan: Plan) -> dict[str, Any]:
                 "registry": b.registry,
                 "et_operators": list(b.et_operators),
                 "torch_schemas": list(b.torch_schemas),
+                **({"weak": list(b.weak)} if b.weak else {}),
+                **({} if b.operators_known else {"et_operators_known": False}),
             }
             for b in plan.binaries
         ],
@@ -133,7 +137,7 @@ def release_json(release: Release) -> dict[str, Any]:
                 "pythons": ["{}.{}".format(*p.platform.python) for p in group.plans],
                 "identical": "every file of the shared packages, but for the stamped ones",
                 "stamped": [
-                    {"path": f.path, "region": "GNU build-id", "wheels": list(f.wheels)}
+                    {"path": f.path, "region": f.region, "wheels": list(f.wheels)}
                     for f in group.stamped
                 ],
                 "packages": rows,

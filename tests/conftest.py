@@ -24,24 +24,29 @@ def _cache() -> Path:
     return directory
 
 
-def _download(requirement: str, platform: str | None) -> Path:
+def _download(requirement: str, platform: str | None, python: str = "3.11") -> Path:
     directory = _cache()
     version = requirement.split("==")[1]
     tag = platform or "manylinux_2_28_x86_64"
-    found = directory / f"executorch-{version}-cp311-cp311-{tag}.whl"
-    with cache_lock(f"wheel-{version}-{tag}"):
+    cp = "cp" + python.replace(".", "")
+    found = directory / f"executorch-{version}-{cp}-{cp}-{tag}.whl"
+    with cache_lock(
+        f"wheel-{version}-{cp}-{tag}" if python != "3.11" else f"wheel-{version}-{tag}"
+    ):
         if not found.exists():
-            _pip_download(requirement, platform, directory)
+            _pip_download(requirement, platform, directory, python)
     assert found.exists(), f"pip did not produce {found}"
     return found
 
 
-def _pip_download(requirement: str, platform: str | None, directory: Path) -> None:
+def _pip_download(
+    requirement: str, platform: str | None, directory: Path, python: str = "3.11"
+) -> None:
     """splitter's own atomic download, for a platform too (splitter's cache lookup must never
     see half a wheel)."""
     from splitter.fetch import download_wheels
 
-    options = ("--platform", platform, "--python-version", "3.11") if platform else ()
+    options = ("--platform", platform, "--python-version", python) if platform else ()
     download_wheels(requirement, directory, options)
 
 
@@ -56,6 +61,18 @@ def real_wheel() -> Path:
 def real_wheel_aarch64() -> Path:
     """The real executorch 1.5.1 cp311 manylinux aarch64 wheel."""
     return _download(f"executorch=={REAL_VERSION}", "manylinux_2_28_aarch64")
+
+
+@pytest.fixture(scope="session")
+def real_wheel_macos() -> Path:
+    """The real executorch 1.5.1 cp311 macOS arm64 wheel (Mach-O)."""
+    return _download(f"executorch=={REAL_VERSION}", "macosx_14_0_arm64")
+
+
+@pytest.fixture(scope="session")
+def real_wheel_macos_cp310() -> Path:
+    """The cp310 macOS arm64 wheel of the same release, for the release identity check."""
+    return _download(f"executorch=={REAL_VERSION}", "macosx_14_0_arm64", python="3.10")
 
 
 @pytest.fixture(scope="session")

@@ -50,7 +50,10 @@ EXPORT_SUMMARY = (
     'summary = "ExecuTorch Python export tooling (exir), '
     'the _C extension and export-time plugins"\n'
 )
-ETDUMP = 'etdump = { library = "libexecutorch_etdump.so", platforms = ["manylinux_*"] }'
+ETDUMP = (
+    'etdump = { library = ["libexecutorch_etdump.so", "libexecutorch_etdump.dylib"], '
+    'platforms = ["manylinux_*", "macosx_*"] }'
+)
 EXCLUDE = 'exclude = ["executorch/lib/libexecutorch_kernels_quantized.so*"]'
 EXCLUDES = EXCLUDE.replace("exclude =", "excludes =")
 SECOND = 'second = "executorch/lib/libexecutorch_kernels_quantized.so"\n'
@@ -62,7 +65,7 @@ UNKNOWN_KEYS = [
         RULE_2,
         f'{RULE_2}platform = "manylinux_*"\n',
         "rules[2].platform",
-        "platform",
+        "platform =",
     ),
     (
         "package",
@@ -229,7 +232,8 @@ def write_bad(case: BadRecipe, directory: Path) -> tuple[Path, int]:
 
 
 def test_shipped_recipe_loads() -> None:
-    """The default recipe: three packages and the declared process-exclusive pair."""
+    """The default recipe: three packages and the declared process-exclusive pair (per
+    platform: the Linux `.so` and the macOS `.dylib` files)."""
     recipe = load_recipe()
     assert recipe.project == "executorch"
     assert [p.name for p in recipe.packages] == [
@@ -241,8 +245,13 @@ def test_shipped_recipe_loads() -> None:
         (
             "executorch/kernels/quantized/libquantized_ops_aot_lib.so",
             "executorch/lib/libexecutorch_kernels_quantized.so",
-        )
+        ),
+        (
+            "executorch/kernels/quantized/libquantized_ops_aot_lib.dylib",
+            "executorch/lib/libexecutorch_kernels_quantized.dylib",
+        ),
     ]
+    assert [x.platforms for x in recipe.exclusive] == [("manylinux_*",), ("macosx_*",)]
     text = SHIPPED.read_text(encoding="utf-8")
     assert recipe.exclusive[0].line == line_of(text, "[[process_exclusive]]")
     assert [r.line for r in recipe.rules] == [
@@ -330,9 +339,15 @@ def load_edited(tmp_path: Path, *changes: Callable[[str], str]) -> tuple[Path, s
         ),
         pytest.param(
             edit(RULE_2, f'{RULE_2}platform = "manylinux_*"\n'),
-            ["exclude", "glob", "package", "reason"],
-            [],
+            ["platforms"],
+            ["exclude", "glob"],
             id="platform-in-rule",
+        ),
+        pytest.param(
+            edit(RULE_2, f'{RULE_2}arch = "x86_64"\n'),
+            ["exclude", "glob", "package", "platforms", "reason"],
+            [],
+            id="arch-in-rule",
         ),
     ],
 )

@@ -12,8 +12,6 @@ from __future__ import annotations
 import io
 import re
 import struct
-from bisect import bisect_right
-from dataclasses import dataclass
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSection
@@ -23,13 +21,13 @@ from elftools.elf.relocation import RelocationSection
 from elftools.elf.sections import SymbolTableSection
 from elftools.elf.segments import NoteSegment
 
+from splitter.binaries.tables import Image, make_image, table_operators
 from splitter.errors import BinaryError
 from splitter.model import BinaryInfo, Registry
 
 ELF_MAGIC = b"\x7fELF"
 REGISTER_KERNELS = b"_ZN10executorch7runtime16register_kernelsENS0_4SpanIKNS0_6KernelEEE"
 TORCH_DEF = b"_ZNR5torch7Library4_def"
-OP_NAME = re.compile(rb"[a-z_][a-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
 SCHEMA = re.compile(rb"([a-z_][a-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)\([^\x00]*\) -> [^\x00]+\x00")
 # (relative, absolute-with-symbol) relocation types per machine
 RELOC_TYPES = {"EM_X86_64": (8, 1), "EM_AARCH64": (1027, 257)}
@@ -38,42 +36,6 @@ RELOC_TYPES = {"EM_X86_64": (8, 1), "EM_AARCH64": (1027, 257)}
 def is_elf(data: bytes) -> bool:
     """Whether `data` starts with the ELF magic."""
     return data[:4] == ELF_MAGIC
-
-
-@dataclass(frozen=True, slots=True)
-class _Image:
-    """Virtual-address view of the loadable segments, for reading pointed-to bytes."""
-
-    data: bytes
-    starts: tuple[int, ...]
-    segments: tuple[tuple[int, int, int, bool], ...]  # vaddr, filesz, offset, executable
-
-    def offset(self, vaddr: int) -> int | None:
-        index = bisect_right(self.starts, vaddr) - 1
-        if index < 0:
-            return None
-        start, size, offset, _ = self.segments[index]
-        return offset + vaddr - start if vaddr < start + size else None
-
-    def executable(self, vaddr: int) -> bool:
-        index = bisect_right(self.starts, vaddr) - 1
-        if index < 0:
-            return False
-        start, size, _, execute = self.segments[index]
-        return execute and vaddr < start + size
-
-    def cstring(self, vaddr: int, limit: int = 256) -> bytes | None:
-        offset = self.offset(vaddr)
-        if offset is None:
-            return None
-        end = self.data.find(b"\x00", offset, offset + limit)
-        return None if end < 0 else self.data[offset:end]
-
-    def word(self, vaddr: int) -> int | None:
-        offset = self.offset(vaddr)
-        if offset is None or offset + 8 > len(self.data):
-            return None
-        return int.from_bytes(self.data[offset : offset + 8], "little")
 
 
 def analyse_elf(path: str, data: bytes, registrations: bool = True) -> BinaryInfo:
@@ -156,13 +118,13 @@ def _registry_role(elf: ELFFile, strtab: bytes) -> Registry:
     return Registry.USES
 
 
-def _image(elf: ELFFile, data: bytes) -> _Image:
-    loads = sorted(
+def _image(elf: ELFFile, data: bytes) -> Image:
+    loads = [
         (seg["p_vaddr"], seg["p_filesz"], seg["p_offset"], bool(seg["p_flags"] & 1))
         for seg in elf.iter_segments()
         if seg["p_type"] == "PT_LOAD"
-    )
-    return _Image(data=data, starts=tuple(s[0] for s in loads), segments=tuple(loads))
+    ]
+    return make_image(data, loads)
 
 
 def _relocations(elf: ELFFile, machine: str) -> tuple[dict[int, int], set[int]]:
@@ -185,28 +147,8 @@ def _relocations(elf: ELFFile, machine: str) -> tuple[dict[int, int], set[int]]:
 
 
 def _kernel_operators(elf: ELFFile, data: bytes, machine: str) -> tuple[str, ...]:
-    image = _image(elf, data)
     targets, symbolic = _relocations(elf, machine)
-    found: set[str] = set()
-    for offset, address in targets.items():
-        name = image.cstring(address)
-        if name is None or OP_NAME.fullmatch(name) is None:
-            continue
-        function = offset + 16
-        if function in targets:
-            if not image.executable(targets[function]):
-                continue
-        elif function not in symbolic:
-            continue
-        key = offset + 8
-        if key in targets:
-            text = image.cstring(targets[key])
-            if text is None or not text.startswith(b"v1/"):
-                continue
-        elif key in symbolic or image.word(key) != 0:
-            continue
-        found.add(name.decode())
-    return tuple(sorted(found))
+    return tuple(sorted(table_operators(_image(elf, data), targets, symbolic)))
 
 
 def _torch_schemas(elf: ELFFile) -> tuple[str, ...]:

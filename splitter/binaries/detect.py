@@ -1,0 +1,19 @@
+"""One entry for every binary format splitter reads: ELF (Linux) and Mach-O (macOS), by magic."""
+
+from __future__ import annotations
+
+from splitter.binaries.elf import analyse_elf, is_elf
+from splitter.binaries.macho import analyse_macho, is_macho
+from splitter.model import BinaryInfo
+
+
+def is_binary(data: bytes) -> bool:
+    """Whether `data` (at least its first 4 bytes) starts an ELF or thin Mach-O file."""
+    return is_elf(data) or is_macho(data)
+
+
+def analyse_binary(path: str, data: bytes, registrations: bool = True) -> BinaryInfo:
+    """Analyse `data` with the reader its magic names (the caller checked is_binary)."""
+    if is_macho(data):
+        return analyse_macho(path, data, registrations)
+    return analyse_elf(path, data, registrations)
