@@ -196,14 +196,17 @@ def _same_but_spans(
     left_spans: tuple[tuple[int, int], ...],
     right_spans: tuple[tuple[int, int], ...],
 ) -> bool:
-    """Whether two files are the same bytes once the same stamped spans are zeroed in each."""
+    """Whether two files are the same bytes once the same stamped spans are set aside in
+    each; the bytes between the spans are compared through memoryviews (no copies)."""
     if len(left) != len(right) or not left_spans or left_spans != right_spans:
         return False
-    blank_left, blank_right = bytearray(left), bytearray(right)
-    for start, size in left_spans:
-        blank_left[start : start + size] = bytes(size)
-        blank_right[start : start + size] = bytes(size)
-    return blank_left == blank_right
+    mine, theirs = memoryview(left), memoryview(right)
+    position = 0
+    for start, size in sorted(left_spans):
+        if mine[position:start] != theirs[position:start]:
+            return False
+        position = max(position, start + size)
+    return mine[position:] == theirs[position:]
 
 
 def _same_but_build_id(path: str, left: bytes, right: bytes) -> bool:
