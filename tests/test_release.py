@@ -412,3 +412,43 @@ def test_doctor_diagnoses_each_environment_of_the_release(channel: Path) -> None
         quantized = libraries["lib/libexecutorch_kernels_quantized.so"]
         assert quantized["registry"] == "uses" and quantized["operators"] > 0
         assert environment["hazards"] == []
+
+
+def test_a_wheel_failing_while_the_previous_one_packs_leaves_nothing(
+    release_wheels: dict[str, list[Path]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The release pipeline stages the cp311 wheel while the worker packs the cp310 one: when
+    the cp311 staging fails (its export plugin given a RUNPATH that reaches nothing), the
+    build stops with the resolver's error, OUT does not exist, and no scratch directory or
+    worker process is left."""
+    from splitter.errors import BinaryError
+    from splitter.scratch import SCRATCH_ENV
+    from splitter.targets import stage as staging
+    from splitter.targets.conda import CondaOptions, build_conda_release
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv(SCRATCH_ENV, str(scratch))
+    real = staging.runpath_for
+
+    def broken(*args: object) -> tuple[str, ...]:
+        dest = str(args[1])
+        if "python3.11/" in dest and dest.endswith("libquantized_ops_aot_lib.so"):
+            return ("$ORIGIN/nowhere",)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(staging, "runpath_for", broken)
+    release = make_release(release_wheels["linux-64"][:2], load_recipe())
+    out = tmp_path / "out"
+    with pytest.raises(BinaryError, match=r"libquantized_ops_aot_lib\.so NEEDS"):
+        build_conda_release(release, out, CondaOptions(compression_level=1))
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scratch"]
+    assert list(scratch.iterdir()) == []
+    children = subprocess.run(
+        ["pgrep", "-P", str(os.getpid()), "-f", "splitter.targets.workers"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert children.stdout == ""
