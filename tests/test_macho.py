@@ -532,3 +532,54 @@ def test_release_sets_aside_uuid_and_signature_only(
             # the independent check: both copies' signatures hold over their own bytes
             assert check_signature(a) == check_signature(b) == []
     assert len(stamped_only) == 7 and "libexecutorch_backend_mlx.dylib" not in stamped_only
+
+
+def test_verify_runs_what_linux_can_and_says_the_rest_needs_macos(macos_channel: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "splitter", "verify", str(macos_channel), "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    rows: dict[str, list[dict[str, str]]] = {}
+    for row in report["checks"]:
+        rows.setdefault(row["check"], []).append(row)
+    assert report["ok"] is True
+    assert len(rows["signature"]) == 19
+    assert {r["status"] for r in rows["signature"] + rows["resolution"]} == {"pass"}
+    kernels = {r["subject"]: r for r in rows["kernels"]}
+    assert kernels["libexecutorch_kernels_quantized.dylib"]["expected"].startswith("19 ")
+    assert {r["status"] for r in rows["cmake (Darwin, no compiler)"]} == {"pass"}
+    for name in ("co-load", "model (C++)", "relocation", "model (Python)"):
+        (row,) = rows[name]
+        assert row["status"] == "skip" and row["detail"].startswith("needs macOS")
+
+
+def test_verify_signature_checker_agrees_with_the_tests_own(machos: dict[str, bytes]) -> None:
+    """splitter's checker (used by verify) against tests/machotools.py's, on good and bad bytes."""
+    from splitter.binaries.codesign import signature_problems
+
+    for path, data in machos.items():
+        assert signature_problems(data) == check_signature(data) == [], path
+        changed = bytearray(data)
+        changed[len(data) // 3] ^= 0x80
+        assert signature_problems(bytes(changed)) and check_signature(bytes(changed)), path
+
+
+def test_plan_fetches_the_macos_wheel_by_platform() -> None:
+    from conftest import _cache
+
+    options = ["--platform", "osx-arm64", "--python", "3.11", "--json"]
+    result = subprocess.run(
+        [sys.executable, "-m", "splitter", "plan", "executorch==1.5.1", *options],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "SPLITTER_CACHE": str(_cache().parent)},
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["input"]["tag"] == "cp311-cp311-macosx_14_0_arm64"
+    assert data["platform"]["conda_subdir"] == "osx-arm64"
