@@ -583,3 +583,45 @@ def test_plan_fetches_the_macos_wheel_by_platform() -> None:
     data = json.loads(result.stdout)
     assert data["input"]["tag"] == "cp311-cp311-macosx_14_0_arm64"
     assert data["platform"]["conda_subdir"] == "osx-arm64"
+
+
+def test_rebuild_recipe_script_relocates_and_resigns(
+    macos_channel: Path, macos_prefix: Path, real_wheel_macos: Path, tmp_path: Path
+) -> None:
+    """The recipes' install.sh for a macOS split, run with LLVM's tools standing in for Apple's
+    (install_name_tool: llvm-install-name-tool-14; codesign: llvm-objcopy-14, which re-signs
+    ad-hoc): the prefix gets the assembled packages' rpaths, each with a valid signature."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "install_name_tool").symlink_to(tool("llvm-install-name-tool-14"))
+    objcopy = tool("llvm-objcopy-14")
+    (tools / "codesign").write_text(
+        f'#!/bin/sh\nfor f; do last="$f"; done\nexec {objcopy} "$last" "$last"\n'
+    )
+    (tools / "codesign").chmod(0o755)
+    source, prefix = tmp_path / "src", tmp_path / "prefix"
+    source.mkdir()
+    shutil.copy(real_wheel_macos, source)
+    script = macos_channel / "recipes" / "rattler-build" / "install.sh"
+    environment = {
+        **os.environ,
+        "PATH": f"{tools}:{os.environ['PATH']}",
+        "SRC_DIR": str(source),
+        "PREFIX": str(prefix),
+    }
+    for package in (RUNTIME, QUANTIZED, EXPORT):
+        result = subprocess.run(
+            ["bash", str(script), package], env=environment, capture_output=True, text=True
+        )
+        assert result.returncode == 0, result.stderr
+    built = staged_machos(
+        {p.relative_to(prefix).as_posix(): p for p in prefix.rglob("*") if p.is_file()}
+    )
+    assert len(built) == 19
+    for relative, data in built.items():
+        assert check_signature(data) == [], relative
+        assembled = (macos_prefix / relative).read_bytes()
+        assert (
+            analyse_macho(relative, data, False).runpath
+            == analyse_macho(relative, assembled, False).runpath
+        ), relative
