@@ -625,3 +625,36 @@ def test_rebuild_recipe_script_relocates_and_resigns(
             analyse_macho(relative, data, False).runpath
             == analyse_macho(relative, assembled, False).runpath
         ), relative
+
+
+def test_doctor_finds_a_second_quantized_copy_in_a_macos_prefix(
+    macos_prefix: Path, machos: dict[str, bytes], tmp_path: Path
+) -> None:
+    """A pip executorch wheel's libraries beside the split packages: the quantized kernels
+    twice, which aborts a process with 'Re-registering' (FACTS)."""
+    prefix = tmp_path / "env"
+    shutil.copytree(macos_prefix, prefix, symlinks=True)
+
+    def doctor() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "splitter", "doctor", "--prefix", str(prefix), "--json"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    clean = doctor()
+    assert clean.returncode == 0, clean.stderr
+    report = json.loads(clean.stdout)
+    assert report["hazards"] == []
+    assert any("operators unknown" in n and "torchao" in n for n in report["notes"])
+    pip_lib = prefix / "lib/python3.11/site-packages/executorch/lib"
+    pip_lib.mkdir(parents=True)
+    (pip_lib / "libexecutorch_kernels_quantized.dylib").write_bytes(machos[QLIB])
+    clashing = doctor()
+    assert clashing.returncode == 1, clashing.stderr
+    (hazard,) = json.loads(clashing.stdout)["hazards"]
+    assert (
+        sorted(Path(f).name for f in hazard["files"])
+        == ["libexecutorch_kernels_quantized.dylib"] * 2
+    )
