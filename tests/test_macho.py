@@ -20,7 +20,7 @@ from machotools import check_signature, kernel_table_entries
 from splitter.binaries.macho import analyse_macho, is_macho, stamped_spans
 from splitter.binaries.relocate import set_macho_rpaths
 from splitter.binaries.resolve import find_unresolved
-from splitter.errors import ReleaseError, SplitterError
+from splitter.errors import BinaryError, ReleaseError, SplitterError
 from splitter.model import BinaryInfo, Plan
 from splitter.plan import make_plan
 from splitter.recipe import load_recipe
@@ -658,3 +658,9 @@ def test_doctor_finds_a_second_quantized_copy_in_a_macos_prefix(
         sorted(Path(f).name for f in hazard["files"])
         == ["libexecutorch_kernels_quantized.dylib"] * 2
     )
+
+
+@pytest.mark.parametrize("size", [8, 40, 200])
+def test_truncated_macho_is_a_binary_error(machos: dict[str, bytes], size: int) -> None:
+    with pytest.raises(BinaryError, match=r"cannot read Mach-O \(the file ends inside"):
+        analyse_macho("executorch/lib/x.dylib", machos[QLIB][:size])
