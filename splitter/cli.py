@@ -65,7 +65,8 @@ PlatformOpt = Annotated[
     str | None,
     typer.Option(
         "--platform",
-        help="Fetch the requirement for these platforms: linux-64,linux-aarch64 or all.",
+        help="Fetch the requirement for these platforms: linux-64,linux-aarch64,osx-arm64 or all "
+        "(the two Linux ones).",
     ),
 ]
 RecipeOpt = Annotated[

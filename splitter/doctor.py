@@ -21,12 +21,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from splitter.binaries.detect import analyse_binary, is_binary
 from splitter.binaries.elf import REGISTER_KERNELS, analyse_elf, is_elf
 from splitter.errors import BinaryError, DoctorError
 from splitter.model import BinaryInfo, Registry
 
 SCHEMA = "splitter.doctor/1"
-SHARED_OBJECT = re.compile(r"\.so(\.\d+)*$")
+# ELF shared objects, and macOS dylibs (a macOS prefix's extension modules end in .so too)
+SHARED_OBJECT = re.compile(r"\.so(\.\d+)*$|\.dylib$")
 MULTIARCH = {"EM_X86_64": "x86_64-linux-gnu", "EM_AARCH64": "aarch64-linux-gnu"}
 
 
@@ -154,6 +156,8 @@ def diagnose_binary(path: Path, search: list[Path] | None = None) -> Diagnosis:
     if not binary.is_file():
         raise DoctorError(f"no such binary (nothing to diagnose): {path}")
     data, reason = _read_elf(binary)
+    if data is not None and not is_elf(data):
+        data, reason = None, "not an ELF file; --binary follows ld.so only"
     if data is None:
         raise DoctorError(f"cannot diagnose the binary ({reason}): {path}")
     root = analyse_elf(str(binary), data)
@@ -234,18 +238,18 @@ def _identity(path: Path) -> tuple[int, int]:
 
 
 def _read_elf(path: Path) -> tuple[bytes | None, str]:
-    """The bytes of an ELF file, or None and why not."""
+    """The bytes of an ELF (or Mach-O) file, or None and why not."""
     try:
         data = path.read_bytes()
     except OSError as exc:
         return None, f"unreadable: {exc.strerror}"
-    return (data, "") if is_elf(data) else (None, "not an ELF file")
+    return (data, "") if is_binary(data) else (None, "not an ELF file")
 
 
 def _analyse(path: str, data: bytes | None, reason: str, notes: list[str]) -> BinaryInfo | None:
     if data is not None:
         try:
-            return analyse_elf(path, data)
+            return analyse_binary(path, data)
         except BinaryError as exc:
             reason = str(exc).removesuffix(f": {path}")
     notes.append(f"skipped ({reason}): {path}")
@@ -274,6 +278,11 @@ def _registry_files(candidates: Iterable[Path], notes: list[str]) -> list[Binary
         info = _analyse(str(real), data, reason, notes)
         if info is not None and info.registry:
             found.append(info)
+            if not info.operators_known:
+                notes.append(
+                    f"operators unknown (registered from initializer code, no static table; "
+                    f"a duplicate of them is not detected): {real}"
+                )
     return found
 
 

@@ -29,9 +29,16 @@ def cache_dir() -> Path:
 
 
 # What `--python all` and `--platform all` mean: the CPython versions and platforms whose
-# wheels splitter splits (macOS arm64 comes with Mach-O support).
+# wheels splitter splits as one release. osx-arm64 is split when named, but is not in `all`:
+# 1.5.1's macOS runtime differs per Python (libexecutorch_backend_mlx.dylib embeds a build
+# path), so the release check refuses to share it.
 ALL_PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
-PLATFORMS = {"linux-64": "manylinux_2_28_x86_64", "linux-aarch64": "manylinux_2_28_aarch64"}
+PLATFORMS = {
+    "linux-64": "manylinux_2_28_x86_64",
+    "linux-aarch64": "manylinux_2_28_aarch64",
+    "osx-arm64": "macosx_14_0_arm64",
+}
+ALL_PLATFORMS = ("linux-64", "linux-aarch64")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,14 +49,17 @@ class WheelTarget:
     subdir: str  # "linux-64"
 
     def accepts(self, tag: Tag) -> bool:
-        """Whether a wheel tagged `tag` is this target's: its CPython ABI on a manylinux tag
-        of its machine."""
+        """Whether a wheel tagged `tag` is this target's: its CPython ABI on a manylinux (or
+        macosx) tag of its machine."""
         cp = "cp" + self.python.replace(".", "")
-        machine = PLATFORMS[self.subdir].split("_", 3)[-1]
+        family, machine = (
+            PLATFORMS[self.subdir].split("_")[0],
+            PLATFORMS[self.subdir].split("_", 3)[-1],
+        )
         return (
             tag.interpreter == cp
             and tag.abi == cp
-            and tag.platform.startswith("manylinux")
+            and tag.platform.startswith(family)
             and tag.platform.endswith("_" + machine)
         )
 
@@ -63,7 +73,7 @@ class WheelTarget:
 def wheel_targets(pythons: str, platforms: str) -> list[WheelTarget]:
     """The targets `--python 3.10,3.12|all` and `--platform linux-64,...|all` name."""
     chosen_pythons = ALL_PYTHONS if pythons == "all" else tuple(pythons.split(","))
-    chosen_platforms = tuple(PLATFORMS) if platforms == "all" else tuple(platforms.split(","))
+    chosen_platforms = ALL_PLATFORMS if platforms == "all" else tuple(platforms.split(","))
     for python in chosen_pythons:
         if python not in ALL_PYTHONS:
             raise InvalidWheel(

@@ -20,7 +20,7 @@ from machotools import check_signature, kernel_table_entries
 from splitter.binaries.macho import analyse_macho, is_macho, stamped_spans
 from splitter.binaries.relocate import set_macho_rpaths
 from splitter.binaries.resolve import find_unresolved
-from splitter.errors import ReleaseError, SplitterError
+from splitter.errors import BinaryError, ReleaseError, SplitterError
 from splitter.model import BinaryInfo, Plan
 from splitter.plan import make_plan
 from splitter.recipe import load_recipe
@@ -532,3 +532,135 @@ def test_release_sets_aside_uuid_and_signature_only(
             # the independent check: both copies' signatures hold over their own bytes
             assert check_signature(a) == check_signature(b) == []
     assert len(stamped_only) == 7 and "libexecutorch_backend_mlx.dylib" not in stamped_only
+
+
+def test_verify_runs_what_linux_can_and_says_the_rest_needs_macos(macos_channel: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "splitter", "verify", str(macos_channel), "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    rows: dict[str, list[dict[str, str]]] = {}
+    for row in report["checks"]:
+        rows.setdefault(row["check"], []).append(row)
+    assert report["ok"] is True
+    assert len(rows["signature"]) == 19
+    assert {r["status"] for r in rows["signature"] + rows["resolution"]} == {"pass"}
+    kernels = {r["subject"]: r for r in rows["kernels"]}
+    assert kernels["libexecutorch_kernels_quantized.dylib"]["expected"].startswith("19 ")
+    assert {r["status"] for r in rows["cmake (Darwin, no compiler)"]} == {"pass"}
+    for name in ("co-load", "model (C++)", "relocation", "model (Python)"):
+        (row,) = rows[name]
+        assert row["status"] == "skip" and row["detail"].startswith("needs macOS")
+
+
+def test_verify_signature_checker_agrees_with_the_tests_own(machos: dict[str, bytes]) -> None:
+    """splitter's checker (used by verify) against tests/machotools.py's, on good and bad bytes."""
+    from splitter.binaries.codesign import signature_problems
+
+    for path, data in machos.items():
+        assert signature_problems(data) == check_signature(data) == [], path
+        changed = bytearray(data)
+        changed[len(data) // 3] ^= 0x80
+        assert signature_problems(bytes(changed)) and check_signature(bytes(changed)), path
+
+
+def test_plan_fetches_the_macos_wheel_by_platform() -> None:
+    from conftest import _cache
+
+    options = ["--platform", "osx-arm64", "--python", "3.11", "--json"]
+    result = subprocess.run(
+        [sys.executable, "-m", "splitter", "plan", "executorch==1.5.1", *options],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "SPLITTER_CACHE": str(_cache().parent)},
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["input"]["tag"] == "cp311-cp311-macosx_14_0_arm64"
+    assert data["platform"]["conda_subdir"] == "osx-arm64"
+
+
+def test_rebuild_recipe_script_relocates_and_resigns(
+    macos_channel: Path, macos_prefix: Path, real_wheel_macos: Path, tmp_path: Path
+) -> None:
+    """The recipes' install.sh for a macOS split, run with LLVM's tools standing in for Apple's
+    (install_name_tool: llvm-install-name-tool-14; codesign: llvm-objcopy-14, which re-signs
+    ad-hoc): the prefix gets the assembled packages' rpaths, each with a valid signature."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "install_name_tool").symlink_to(tool("llvm-install-name-tool-14"))
+    objcopy = tool("llvm-objcopy-14")
+    (tools / "codesign").write_text(
+        f'#!/bin/sh\nfor f; do last="$f"; done\nexec {objcopy} "$last" "$last"\n'
+    )
+    (tools / "codesign").chmod(0o755)
+    source, prefix = tmp_path / "src", tmp_path / "prefix"
+    source.mkdir()
+    shutil.copy(real_wheel_macos, source)
+    script = macos_channel / "recipes" / "rattler-build" / "install.sh"
+    environment = {
+        **os.environ,
+        "PATH": f"{tools}:{os.environ['PATH']}",
+        "SRC_DIR": str(source),
+        "PREFIX": str(prefix),
+    }
+    for package in (RUNTIME, QUANTIZED, EXPORT):
+        result = subprocess.run(
+            ["bash", str(script), package], env=environment, capture_output=True, text=True
+        )
+        assert result.returncode == 0, result.stderr
+    built = staged_machos(
+        {p.relative_to(prefix).as_posix(): p for p in prefix.rglob("*") if p.is_file()}
+    )
+    assert len(built) == 19
+    for relative, data in built.items():
+        assert check_signature(data) == [], relative
+        assembled = (macos_prefix / relative).read_bytes()
+        assert (
+            analyse_macho(relative, data, False).runpath
+            == analyse_macho(relative, assembled, False).runpath
+        ), relative
+
+
+def test_doctor_finds_a_second_quantized_copy_in_a_macos_prefix(
+    macos_prefix: Path, machos: dict[str, bytes], tmp_path: Path
+) -> None:
+    """A pip executorch wheel's libraries beside the split packages: the quantized kernels
+    twice, which aborts a process with 'Re-registering' (FACTS)."""
+    prefix = tmp_path / "env"
+    shutil.copytree(macos_prefix, prefix, symlinks=True)
+
+    def doctor() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "splitter", "doctor", "--prefix", str(prefix), "--json"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    clean = doctor()
+    assert clean.returncode == 0, clean.stderr
+    report = json.loads(clean.stdout)
+    assert report["hazards"] == []
+    assert any("operators unknown" in n and "torchao" in n for n in report["notes"])
+    pip_lib = prefix / "lib/python3.11/site-packages/executorch/lib"
+    pip_lib.mkdir(parents=True)
+    (pip_lib / "libexecutorch_kernels_quantized.dylib").write_bytes(machos[QLIB])
+    clashing = doctor()
+    assert clashing.returncode == 1, clashing.stderr
+    (hazard,) = json.loads(clashing.stdout)["hazards"]
+    assert (
+        sorted(Path(f).name for f in hazard["files"])
+        == ["libexecutorch_kernels_quantized.dylib"] * 2
+    )
+
+
+@pytest.mark.parametrize("size", [8, 40, 200])
+def test_truncated_macho_is_a_binary_error(machos: dict[str, bytes], size: int) -> None:
+    with pytest.raises(BinaryError, match=r"cannot read Mach-O \(the file ends inside"):
+        analyse_macho("executorch/lib/x.dylib", machos[QLIB][:size])

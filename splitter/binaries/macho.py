@@ -41,6 +41,15 @@ def is_macho(data: bytes) -> bool:
 
 def parse_macho(path: str, data: bytes) -> lief.MachO.Binary:
     """The one slice of the Mach-O file `data`; BinaryError when lief cannot read it."""
+    # lief reads a truncated file as far as it goes without complaint: check the header's
+    # promise (mach_header(_64) then sizeofcmds bytes of load commands) first.
+    header = 32 if data[:4] == MACHO_MAGICS[0] else 28
+    commands = int.from_bytes(data[20:24], "little") if len(data) >= 24 else 0
+    if len(data) < header or len(data) < header + commands:
+        raise BinaryError(
+            f"cannot read Mach-O (the file ends inside its load commands, {len(data)} bytes): "
+            f"{path}"
+        )
     fat = lief.MachO.parse(data)
     if fat is None or fat.size != 1:
         raise BinaryError(f"cannot read Mach-O (lief found no single slice): {path}")
