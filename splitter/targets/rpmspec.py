@@ -22,6 +22,11 @@ SPEC_MACROS = (
     ("use_source_date_epoch_as_buildtime", "1"),
     ("clamp_mtime_to_source_date_epoch", "1"),
     ("_buildhost", "reproducible"),
+    # rpm's Python dist generator reads the dist-info with whatever `packaging` the build
+    # machine's /usr/bin/python3 has (Debian's has none: it fails and adds nothing), so its
+    # output would depend on the machine. The Python requirements stay in the shipped METADATA.
+    ("__pythondist_provides", "%{nil}"),
+    ("__pythondist_requires", "%{nil}"),
 )
 
 
@@ -116,8 +121,6 @@ def render_spec(
         f"Name: {name}",
         f"Version: {plan.wheel.version}",
         f"Release: {release}",
-        f"Summary: {synopsis(plan.wheel.summary or name)}",
-        "Group: System/Libraries",
         f"Packager: {distro.maintainer}",
         f"License: {plan.wheel.license or 'unknown'}",
     ]
@@ -126,8 +129,13 @@ def render_spec(
     lines.append(f"Source0: {licence_name}")
     for index, package in enumerate(plan.packages, start=1):
         lines.append(f"Source{index}: {sources[package.name]}")
-    lines += ["", "%description", _wrap(plan.wheel.summary or name), ""]
-    for package in plan.packages:
+    # The package named like the spec is the main one: its Summary and %description are the
+    # spec's own; without one, the spec's come from the wheel (and no main package is built).
+    main = [p for p in plan.packages if names[p.name] == name]
+    if not main:
+        summary = synopsis(plan.wheel.summary or name)
+        lines += [f"Summary: {summary}", "", "%description", _wrap(summary), ""]
+    for package in main + [p for p in plan.packages if p not in main]:
         lines += _package_section(plan, package, names, name, release)
     lines += ["%prep", "", "%build", "", "%install"]
     for package in plan.packages:
@@ -183,7 +191,7 @@ def _package_section(
 
 
 def _wrap(text: str) -> str:
-    return "\n".join(textwrap.wrap(text, width=79, break_long_words=False))
+    return "\n".join(textwrap.wrap(text, width=79, break_long_words=False, break_on_hyphens=False))
 
 
 def _directories(files: tuple[StagedFile, ...]) -> set[str]:
