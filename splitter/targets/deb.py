@@ -107,7 +107,7 @@ def write_debs(plan: Plan, build: Path, progress: Progress | None, guard: bool) 
         licence = license_text(plan)
         for package in plan.packages:
             _write_docs(plan, package, names[package.name], version, distro, roots, licence)
-            _write_library_control(plan, package, staged, names, version, roots)
+            _write_library_control(package, names, version, roots)
         written = []
         for index, package in enumerate(plan.packages, start=1):
             if progress is not None:
@@ -199,9 +199,7 @@ def _ships_libraries(package: PackagePlan) -> bool:
 
 
 def _write_library_control(
-    plan: Plan,
     package: PackagePlan,
-    staged: Staged,
     names: dict[str, str],
     version: str,
     roots: dict[str, Path],

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -121,7 +123,9 @@ def verify(
         scratch = Path(scratch_name)
         full = install(out, scratch / "full")
         items = coload_items(full.libdir, full.sitedir) if "co-load" in only else []
-        for pair in coload_matrix(items, full.verdicts, Path(sys.executable), torch_python, jobs):
+        with system_libdir(full):
+            pairs = coload_matrix(items, full.verdicts, Path(sys.executable), torch_python, jobs)
+        for pair in pairs:
             status = (
                 Status.SKIP
                 if pair.outcome == Outcome.SKIPPED
@@ -144,6 +148,25 @@ def verify(
         if "python" in only:
             checks.append(python_check(full, torch_python))
     return checks
+
+
+@contextlib.contextmanager
+def system_libdir(full: Installed) -> Iterator[None]:
+    """For a .deb or .rpm root: its libdir on LD_LIBRARY_PATH for the processes started
+    inside (the co-load loaders). Installed for real, that libdir is the dynamic linker's
+    default (/usr/lib/<triplet>, /usr/lib64), which is why the packages carry no RUNPATH."""
+    if full.kind not in ("deb", "rpm"):
+        yield
+        return
+    before = os.environ.get("LD_LIBRARY_PATH")
+    os.environ["LD_LIBRARY_PATH"] = str(full.libdir)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["LD_LIBRARY_PATH"]
+        else:
+            os.environ["LD_LIBRARY_PATH"] = before
 
 
 def consumer_checks(out: Path, full: Installed, cmakes: list[Path], scratch: Path) -> list[Check]:
@@ -270,7 +293,8 @@ def python_check(full: Installed, torch_python: Path | None) -> Check:
             "needs torch: pass --python with an interpreter that imports the torch the export "
             "package requires",
         )
-    run = run_model_python(torch_python, full.sitedir)
+    library_path = full.libdir if full.kind in ("deb", "rpm") else None
+    run = run_model_python(torch_python, full.sitedir, library_path)
     same = run.returncode == 0 and run.stdout == expected_output()
     return Check(
         check="model (Python)",
