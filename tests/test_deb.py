@@ -299,3 +299,18 @@ def test_release_of_two_pythons_is_refused(real_plan: Plan, tmp_path: Path) -> N
     release = Release(project="executorch", version="1.5.1", groups=(group,))
     with pytest.raises(SplitterError, match=r"one Python per platform.*\n.*--python"):
         DebBuilder().build_release(release, tmp_path / "out")
+
+
+def test_verify_installs_the_debs_and_runs_the_checks(debs: Path) -> None:
+    from splitter.verify.run import Status, verify
+
+    checks = verify(debs, None, [cmake_executable("3.28")], 2, ("co-load", "cmake", "relocation"))
+    assert [c for c in checks if c.status is Status.FAIL] == []
+    by_check = {c.check: c for c in checks}
+    assert by_check["model (C++)"].status is Status.PASS
+    assert by_check["relocation"].status is Status.PASS
+    missing = by_check["missing component"]
+    assert missing.status is Status.PASS
+    assert missing.expected == "configure fails naming libexecutorch-kernels-quantized"
+    coload = [c for c in checks if c.check == "co-load" and c.status is Status.PASS]
+    assert any("libexecutorch_kernels_quantized.so" in c.subject for c in coload)

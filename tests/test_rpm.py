@@ -201,3 +201,16 @@ def test_missing_rpmbuild_names_the_debian_package(
     with pytest.raises(SplitterError, match=r"rpmbuild is not installed.*\n.*apt-get install rpm"):
         RpmBuilder().build(real_plan, tmp_path / "out")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_verify_installs_the_rpms_and_runs_the_checks(rpms: Path) -> None:
+    from splitter.verify.run import Status, verify
+
+    checks = verify(rpms, None, [cmake_executable("3.28")], 2, ("co-load", "cmake", "relocation"))
+    assert [c for c in checks if c.status is Status.FAIL] == []
+    by_check = {c.check: c for c in checks}
+    assert by_check["model (C++)"].status is Status.PASS
+    assert by_check["relocation"].status is Status.PASS
+    assert by_check["missing component"].status is Status.PASS
+    coload = [c for c in checks if c.check == "co-load" and c.status is Status.PASS]
+    assert any("libexecutorch_kernels_quantized.so" in c.subject for c in coload)

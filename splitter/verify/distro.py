@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import platform
 import subprocess
 import tarfile
 from pathlib import Path
 from typing import Any
 
 from splitter.errors import SplitterError
-from splitter.targets.distro import RECORD, need_tool, run_tool
+from splitter.targets.distro import ARCHES, RECORD, need_tool, run_tool
 
 
 def _record(command: list[str], package: Path, stdin: Any = None) -> dict[str, Any]:
@@ -34,8 +35,16 @@ def _record(command: list[str], package: Path, stdin: Any = None) -> dict[str, A
 
 def records(out: Path, kind: str) -> dict[Path, dict[str, Any]]:
     """Each .deb or .rpm of OUT and the exclusivity record it ships (its plan package)."""
+    arch = ARCHES.get(platform.machine())
+    if arch is None:
+        raise SplitterError(
+            f"verify runs .{kind} packages on Linux x86_64 or aarch64, not {platform.machine()}: "
+            f"{out}\nrun it on one of those machines"
+        )
+    # a release's OUT holds both architectures; only this machine's can be installed and run
+    suffix = f"_{arch.deb}.deb" if kind == "deb" else f".{arch.machine}.rpm"
     found = {}
-    for package in sorted(out.glob(f"*.{kind}")):
+    for package in sorted(out.glob(f"*{suffix}")):
         if kind == "deb":
             command = [need_tool("dpkg-deb", "dpkg"), "--fsys-tarfile", str(package)]
             found[package] = _record(command, package)
@@ -44,6 +53,11 @@ def records(out: Path, kind: str) -> dict[Path, dict[str, Any]]:
             command = [need_tool("rpm2archive", "rpm"), "-"]
             with package.open("rb") as stdin:
                 found[package] = _record(command, package, stdin)
+    if not found:
+        raise SplitterError(
+            f"no .{kind} for this machine ({arch.machine}) in the output: {out}\n"
+            f"build one from the {arch.machine} wheel (--platform) or verify on such a machine"
+        )
     return found
 
 

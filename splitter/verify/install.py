@@ -47,6 +47,13 @@ class Installed:
     sitedir: Path | None  # where `import executorch` finds the export side
     packages: tuple[str, ...]
     verdicts: tuple[dict[str, Any], ...]
+    quantized_name: str = QUANTIZED  # what the CMake config tells users to install for it
+    install_prefix: Path | None = None  # the prefix (its bin/), when cmake_prefix is not it
+
+    @property
+    def home(self) -> Path:
+        """The installed prefix: where a program installed beside the libraries goes."""
+        return self.install_prefix or self.cmake_prefix
 
 
 def detect(out: Path) -> str:
@@ -84,7 +91,8 @@ def _distro(kind: str, out: Path, scratch: Path, only: tuple[str, ...] | None) -
     rpm into a scratch root; which plan package a file holds is in its exclusivity record."""
     from splitter.verify.distro import install_packages, records
 
-    chosen = {p: r for p, r in records(out, kind).items() if only is None or r["package"] in only}
+    every = records(out, kind)
+    chosen = {p: r for p, r in every.items() if only is None or r["package"] in only}
     root = scratch / "root"
     install_packages(kind, sorted(chosen), root)
     usr = root / "usr"
@@ -98,9 +106,13 @@ def _distro(kind: str, out: Path, scratch: Path, only: tuple[str, ...] | None) -
         # CMake searches lib/<triplet> under a prefix everywhere, lib64 not on a Debian host;
         # a prefix that is the config directory itself is searched on every platform.
         cmake_prefix=usr if kind == "deb" or not config.is_dir() else config,
+        install_prefix=usr,
         sitedir=site,
         packages=tuple(r["package"] for r in chosen.values()),
         verdicts=_unique([v for r in chosen.values() for v in r["pairs"]]),
+        quantized_name=next(
+            (r["distro_package"] for r in every.values() if r["package"] == QUANTIZED), QUANTIZED
+        ),
     )
 
 

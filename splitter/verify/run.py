@@ -189,12 +189,13 @@ def consumer_checks(out: Path, full: Installed, cmakes: list[Path], scratch: Pat
         missing = build_consumer(
             cmake, build / "r", prefix=runtime_only.cmake_prefix, quantized=True
         )
-        named = missing.returncode != 0 and MISSING_QUANTIZED in " ".join(missing.output.split())
+        message = MISSING_QUANTIZED.replace(QUANTIZED, full.quantized_name)
+        named = missing.returncode != 0 and message in " ".join(missing.output.split())
         checks.append(
             Check(
                 check="missing component",
                 subject=subject,
-                expected="configure fails naming executorch-kernels-quantized",
+                expected=f"configure fails naming {full.quantized_name}",
                 outcome="as expected" if named else "configured or unnamed",
                 status=Status.PASS if named else Status.FAIL,
                 detail=""
@@ -250,13 +251,13 @@ def relocation_check(full: Installed, cmakes: list[Path], scratch: Path) -> Chec
             outcome="build failed",
             status=Status.FAIL,
         )
-    bindir = prefix / "bin"
+    bindir = copy / full.home.relative_to(full.root) / "bin"
     bindir.mkdir(exist_ok=True)
     shutil.copy2(built.runner, bindir / "runner")
     moved = scratch / "relocate" / "after" / "moved"
     moved.parent.mkdir(parents=True)
     os.rename(copy, moved)
-    runner = moved / full.cmake_prefix.relative_to(full.root) / "bin" / "runner"
+    runner = moved / full.home.relative_to(full.root) / "bin" / "runner"
     out_file = scratch / "relocate" / "out.bin"
     run = run_model(runner, out_file)
     same = run.returncode == 0 and out_file.read_bytes() == expected_output()
