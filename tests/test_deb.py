@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -240,8 +241,9 @@ def test_aarch64_reproducible_with_mapped_system_depends(
     assert " root/root " in listing and "1970" not in listing
 
 
-def test_consumer_from_installed_root(installed: Path, tmp_path: Path) -> None:
-    cmake = cmake_executable("3.28")
+@pytest.mark.parametrize("cmake_label", ["3.24", "3.28", "4.x"], ids=lambda v: f"cmake-{v}")
+def test_consumer_from_installed_root(installed: Path, tmp_path: Path, cmake_label: str) -> None:
+    cmake = cmake_executable(cmake_label)
     result = build_consumer(cmake, tmp_path / "q", prefix=installed / "usr", quantized=True)
     assert result.returncode == 0, result.output
     run = run_model(result.runner, tmp_path / "out.bin")
@@ -314,3 +316,35 @@ def test_verify_installs_the_debs_and_runs_the_checks(debs: Path) -> None:
     assert missing.expected == "configure fails naming libexecutorch-kernels-quantized"
     coload = [c for c in checks if c.check == "co-load" and c.status is Status.PASS]
     assert any("libexecutorch_kernels_quantized.so" in c.subject for c in coload)
+
+
+def test_cli_bad_recipe_exits_nonzero_and_writes_nothing(real_wheel: Path, tmp_path: Path) -> None:
+    shipped = Path(__file__).resolve().parents[1] / "recipes" / "executorch.toml"
+    text = shipped.read_text()
+    start = text.index("[deb]\n")
+    end = text.index("[rpm]\n")
+    recipe = tmp_path / "no-deb.toml"
+    recipe.write_text(text[:start] + text[end:])
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "splitter",
+            "-q",
+            "build",
+            "--target",
+            "deb",
+            "--recipe",
+            str(recipe),
+            "-o",
+            str(out),
+            str(real_wheel),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == RecipeError.exit_code, result.stderr
+    assert "the recipe has no [deb] table" in result.stderr and str(recipe) in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["no-deb.toml"]  # no OUT, no staging

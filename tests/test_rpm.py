@@ -173,8 +173,9 @@ def test_aarch64_reproducible(real_wheel_aarch64: Path, tmp_path: Path) -> None:
     assert "/usr/lib64/libexecutorch.so" in query("-qpl", str(runtime))
 
 
-def test_consumer_from_installed_root(installed: Path, tmp_path: Path) -> None:
-    cmake = cmake_executable("3.28")
+@pytest.mark.parametrize("cmake_label", ["3.24", "3.28", "4.x"], ids=lambda v: f"cmake-{v}")
+def test_consumer_from_installed_root(installed: Path, tmp_path: Path, cmake_label: str) -> None:
+    cmake = cmake_executable(cmake_label)
     # CMake skips lib64 in CMAKE_PREFIX_PATH searches on a Debian host (its Linux platform
     # file reads /etc/debian_version), as it searches it on Fedora: name the config directory.
     config_dir = installed / "usr" / "lib64" / "cmake" / "executorch"
