@@ -50,7 +50,7 @@ def records(out: Path, kind: str) -> dict[Path, dict[str, Any]]:
             found[package] = _record(command, package)
         else:
             # rpm2archive turns the payload into a gzip'd tar on stdout
-            command = [need_tool("rpm2archive", "rpm"), "-"]
+            command = [need_tool("rpm2archive", "rpm2cpio"), "-"]
             with package.open("rb") as stdin:
                 found[package] = _record(command, package, stdin)
     if not found:
