@@ -348,3 +348,17 @@ def test_cli_bad_recipe_exits_nonzero_and_writes_nothing(real_wheel: Path, tmp_p
     assert result.returncode == RecipeError.exit_code, result.stderr
     assert "the recipe has no [deb] table" in result.stderr and str(recipe) in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["no-deb.toml"]  # no OUT, no staging
+
+
+def test_release_of_two_platforms_builds_each(
+    real_wheel: Path, real_wheel_aarch64: Path, tmp_path: Path
+) -> None:
+    from splitter.release import make_release
+
+    release = make_release([real_wheel, real_wheel_aarch64], load_recipe())
+    written = DebBuilder().build_release(release, tmp_path / "out")
+    assert sorted(p.name for p in written) == sorted(
+        f"{name}_{VERSION}_{arch}.deb" for name in NAMES.values() for arch in ("amd64", "arm64")
+    )
+    for path in written:
+        assert control(path)["Architecture"] in path.name
