@@ -239,6 +239,15 @@ def test_aarch64_reproducible_with_mapped_system_depends(
     ).stdout
     assert "./usr/lib/aarch64-linux-gnu/libexecutorch.so" in listing
     assert " root/root " in listing and "1970" not in listing
+    _need("lintian")
+    lint = subprocess.run(
+        ["lintian", "-I", "--tag-display-limit", "0", *map(str, first)],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.splitlines()
+    assert [line for line in lint if line.startswith(("E:", "W:"))] == []
+    assert [line for line in lint if "unused-override" in line] == []
 
 
 @pytest.mark.parametrize("cmake_label", ["3.24", "3.28", "4.x"], ids=lambda v: f"cmake-{v}")

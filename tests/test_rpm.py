@@ -171,6 +171,14 @@ def test_aarch64_reproducible(real_wheel_aarch64: Path, tmp_path: Path) -> None:
     assert query("-qp", "--qf", "%{ARCH}", str(runtime)) == ["aarch64"]
     assert "libexecutorch.so()(64bit)" in query("-qp", "--provides", str(runtime))
     assert "/usr/lib64/libexecutorch.so" in query("-qpl", str(runtime))
+    rc = tmp_path / "a" / "SPECS" / "executorch.aarch64.rpmlintrc"
+    lint = subprocess.run(
+        ["rpmlint", "-r", str(rc), *(str(p) for p in first if p.suffix == ".rpm")],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    assert [line for line in lint.splitlines() if ": E: " in line] == [], lint[-2000:]
 
 
 @pytest.mark.parametrize("cmake_label", ["3.24", "3.28", "4.x"], ids=lambda v: f"cmake-{v}")

@@ -33,6 +33,7 @@ from splitter.targets.distro import (
     distro_of,
     exclusivity_sentence,
     external_requirements,
+    has_bare_executable,
     license_text,
     need_tool,
     record_json,
@@ -109,6 +110,8 @@ def write_debs(plan: Plan, build: Path, progress: Progress | None, guard: bool) 
         licence = license_text(plan)
         for package in plan.packages:
             _write_docs(plan, package, names[package.name], version, distro, roots, licence)
+            if has_bare_executable(staged, package.name):
+                _add_override(roots, package, names[package.name], debmeta.BARE_EXECUTABLE)
             _write_library_control(package, names, version, roots)
         done = 0
 
@@ -205,6 +208,13 @@ def _write_docs(
     directory = roots[package.name] / "usr" / "share" / "lintian" / "overrides"
     directory.mkdir(parents=True, exist_ok=True)
     (directory / name).write_text(debmeta.lintian_overrides(name, overrides))
+
+
+def _add_override(
+    roots: dict[str, Path], package: PackagePlan, name: str, override: tuple[str, str]
+) -> None:
+    path = roots[package.name] / "usr" / "share" / "lintian" / "overrides" / name
+    path.write_text(path.read_text() + debmeta.lintian_overrides(name, (override,)))
 
 
 def _ships_libraries(package: PackagePlan) -> bool:

@@ -8,7 +8,13 @@ import textwrap
 
 from splitter.model import Distro, PackagePlan, Plan
 from splitter.targets.debmeta import synopsis
-from splitter.targets.distro import RECORD, exclusivity_sentence, external_requirements
+from splitter.targets.distro import (
+    RECORD,
+    exclusivity_sentence,
+    external_requirements,
+    has_bare_executable,
+    has_env_script,
+)
 from splitter.targets.stage import Staged, StagedFile
 
 # Macros every build of the spec needs, whoever runs it: upstream's binaries are shipped as
@@ -77,12 +83,19 @@ RPMLINT_FILTERS = (
 )
 
 
-def rpmlintrc(plan: Plan, distro: Distro) -> str:
+def rpmlintrc(plan: Plan, staged: Staged, distro: Distro) -> str:
     """The rpmlintrc of the packages: each kept error filtered after a comment with its reason."""
     names = dict(distro.names)
     lines = [f"# rpmlint filters for the {plan.recipe.project} packages split by splitter"]
     for role, check, reason in RPMLINT_FILTERS:
         for package in plan.packages:
+            # rpmlint reports a filter that matches nothing: these two only where the files are
+            bare = check == "script-without-shebang" and not has_bare_executable(
+                staged, package.name
+            )
+            env = check == "env-script-interpreter" and not has_env_script(staged, package.name)
+            if bare or env:
+                continue
             library = not package.python and bool(package.sonames)
             if (
                 role == "any"
