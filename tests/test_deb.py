@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -238,10 +239,20 @@ def test_aarch64_reproducible_with_mapped_system_depends(
     ).stdout
     assert "./usr/lib/aarch64-linux-gnu/libexecutorch.so" in listing
     assert " root/root " in listing and "1970" not in listing
+    _need("lintian")
+    lint = subprocess.run(
+        ["lintian", "-I", "--tag-display-limit", "0", *map(str, first)],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.splitlines()
+    assert [line for line in lint if line.startswith(("E:", "W:"))] == []
+    assert [line for line in lint if "unused-override" in line] == []
 
 
-def test_consumer_from_installed_root(installed: Path, tmp_path: Path) -> None:
-    cmake = cmake_executable("3.28")
+@pytest.mark.parametrize("cmake_label", ["3.24", "3.28", "4.x"], ids=lambda v: f"cmake-{v}")
+def test_consumer_from_installed_root(installed: Path, tmp_path: Path, cmake_label: str) -> None:
+    cmake = cmake_executable(cmake_label)
     result = build_consumer(cmake, tmp_path / "q", prefix=installed / "usr", quantized=True)
     assert result.returncode == 0, result.output
     run = run_model(result.runner, tmp_path / "out.bin")
@@ -299,3 +310,64 @@ def test_release_of_two_pythons_is_refused(real_plan: Plan, tmp_path: Path) -> N
     release = Release(project="executorch", version="1.5.1", groups=(group,))
     with pytest.raises(SplitterError, match=r"one Python per platform.*\n.*--python"):
         DebBuilder().build_release(release, tmp_path / "out")
+
+
+def test_verify_installs_the_debs_and_runs_the_checks(debs: Path) -> None:
+    from splitter.verify.run import Status, verify
+
+    checks = verify(debs, None, [cmake_executable("3.28")], 2, ("co-load", "cmake", "relocation"))
+    assert [c for c in checks if c.status is Status.FAIL] == []
+    by_check = {c.check: c for c in checks}
+    assert by_check["model (C++)"].status is Status.PASS
+    assert by_check["relocation"].status is Status.PASS
+    missing = by_check["missing component"]
+    assert missing.status is Status.PASS
+    assert missing.expected == "configure fails naming libexecutorch-kernels-quantized"
+    coload = [c for c in checks if c.check == "co-load" and c.status is Status.PASS]
+    assert any("libexecutorch_kernels_quantized.so" in c.subject for c in coload)
+
+
+def test_cli_bad_recipe_exits_nonzero_and_writes_nothing(real_wheel: Path, tmp_path: Path) -> None:
+    shipped = Path(__file__).resolve().parents[1] / "recipes" / "executorch.toml"
+    text = shipped.read_text()
+    start = text.index("[deb]\n")
+    end = text.index("[rpm]\n")
+    recipe = tmp_path / "no-deb.toml"
+    recipe.write_text(text[:start] + text[end:])
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "splitter",
+            "-q",
+            "build",
+            "--target",
+            "deb",
+            "--recipe",
+            str(recipe),
+            "-o",
+            str(out),
+            str(real_wheel),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == RecipeError.exit_code, result.stderr
+    assert "the recipe has no [deb] table" in result.stderr and str(recipe) in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["no-deb.toml"]  # no OUT, no staging
+
+
+def test_release_of_two_platforms_builds_each(
+    real_wheel: Path, real_wheel_aarch64: Path, tmp_path: Path
+) -> None:
+    from splitter.release import make_release
+
+    release = make_release([real_wheel, real_wheel_aarch64], load_recipe())
+    written = DebBuilder().build_release(release, tmp_path / "out")
+    assert sorted(p.name for p in written) == sorted(
+        f"{name}_{VERSION}_{arch}.deb" for name in NAMES.values() for arch in ("amd64", "arm64")
+    )
+    for path in written:
+        assert control(path)["Architecture"] in path.name

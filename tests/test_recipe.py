@@ -174,6 +174,51 @@ CASES = [
     ),
     pytest.param(
         BadRecipe(
+            change=edit(
+                '"libexecutorch-kernels-quantized"\nexecutorch-export = "python3-executorch"\n',
+                '"libexecutorch-kernels-quantized"\n',
+            ),
+            what="no deb name for executorch-export",
+            key="deb.names",
+            at=lambda t: line_of(t, "[deb.names]"),
+        ),
+        id="deb-name-missing",
+    ),
+    pytest.param(
+        BadRecipe(
+            change=edit(
+                'executorch-runtime = "executorch"\n', 'executorch-runtime = "Executorch"\n'
+            ),
+            what="not a package name",
+            key="rpm.names.executorch-runtime",
+            at=lambda t: line_of(t, 'executorch-runtime = "Executorch"'),
+        ),
+        id="rpm-name-invalid",
+    ),
+    pytest.param(
+        BadRecipe(
+            change=edit('[deb]\nrevision = "1"\n', '[deb]\nrevision = "1 beta"\n'),
+            what="not a deb revision",
+            key="deb.revision",
+            at=lambda t: line_of(t, 'revision = "1 beta"'),
+        ),
+        id="deb-revision-invalid",
+    ),
+    pytest.param(
+        BadRecipe(
+            change=edit(
+                '[rpm]\nrelease = "1"\nmaintainer = "ExecuTorch split packages '
+                '<executorch-split@example.org>"\n',
+                '[rpm]\nrelease = "1"\nmaintainer = "nobody"\n',
+            ),
+            what="not a 'Name <address>' maintainer",
+            key="rpm.maintainer",
+            at=lambda t: line_of(t, 'maintainer = "nobody"'),
+        ),
+        id="rpm-maintainer-invalid",
+    ),
+    pytest.param(
+        BadRecipe(
             change=edit(EXPORT_SUMMARY, ""),
             what="missing required key 'summary'",
             key="packages.executorch-export.summary",

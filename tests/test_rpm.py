@@ -171,10 +171,19 @@ def test_aarch64_reproducible(real_wheel_aarch64: Path, tmp_path: Path) -> None:
     assert query("-qp", "--qf", "%{ARCH}", str(runtime)) == ["aarch64"]
     assert "libexecutorch.so()(64bit)" in query("-qp", "--provides", str(runtime))
     assert "/usr/lib64/libexecutorch.so" in query("-qpl", str(runtime))
+    rc = tmp_path / "a" / "SPECS" / "executorch.aarch64.rpmlintrc"
+    lint = subprocess.run(
+        ["rpmlint", "-r", str(rc), *(str(p) for p in first if p.suffix == ".rpm")],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    assert [line for line in lint.splitlines() if ": E: " in line] == [], lint[-2000:]
 
 
-def test_consumer_from_installed_root(installed: Path, tmp_path: Path) -> None:
-    cmake = cmake_executable("3.28")
+@pytest.mark.parametrize("cmake_label", ["3.24", "3.28", "4.x"], ids=lambda v: f"cmake-{v}")
+def test_consumer_from_installed_root(installed: Path, tmp_path: Path, cmake_label: str) -> None:
+    cmake = cmake_executable(cmake_label)
     # CMake skips lib64 in CMAKE_PREFIX_PATH searches on a Debian host (its Linux platform
     # file reads /etc/debian_version), as it searches it on Fedora: name the config directory.
     config_dir = installed / "usr" / "lib64" / "cmake" / "executorch"
@@ -201,3 +210,16 @@ def test_missing_rpmbuild_names_the_debian_package(
     with pytest.raises(SplitterError, match=r"rpmbuild is not installed.*\n.*apt-get install rpm"):
         RpmBuilder().build(real_plan, tmp_path / "out")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_verify_installs_the_rpms_and_runs_the_checks(rpms: Path) -> None:
+    from splitter.verify.run import Status, verify
+
+    checks = verify(rpms, None, [cmake_executable("3.28")], 2, ("co-load", "cmake", "relocation"))
+    assert [c for c in checks if c.status is Status.FAIL] == []
+    by_check = {c.check: c for c in checks}
+    assert by_check["model (C++)"].status is Status.PASS
+    assert by_check["relocation"].status is Status.PASS
+    assert by_check["missing component"].status is Status.PASS
+    coload = [c for c in checks if c.check == "co-load" and c.status is Status.PASS]
+    assert any("libexecutorch_kernels_quantized.so" in c.subject for c in coload)

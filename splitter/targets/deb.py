@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from splitter.targets.distro import (
     distro_of,
     exclusivity_sentence,
     external_requirements,
+    has_bare_executable,
     license_text,
     need_tool,
     record_json,
@@ -44,6 +46,7 @@ SITEDIR = "lib/python3/dist-packages"  # Debian's one directory for every python
 # gzip -9: deterministic whatever the machine, 7 s for the export package where xz -6 takes
 # 25 s (10.8 MB against 7.8 MB; measured with dpkg-deb 1.21.22 on the 1.5.1 x86_64 wheel).
 COMPRESSION = ("-Zgzip", "-z9")
+WORKERS = 2  # packages packed at once (dpkg-shlibdeps, md5sums, dpkg-deb)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,11 +110,14 @@ def write_debs(plan: Plan, build: Path, progress: Progress | None, guard: bool) 
         licence = license_text(plan)
         for package in plan.packages:
             _write_docs(plan, package, names[package.name], version, distro, roots, licence)
-            _write_library_control(plan, package, staged, names, version, roots)
-        written = []
-        for index, package in enumerate(plan.packages, start=1):
-            if progress is not None:
-                progress(f"deb {names[package.name]}", index, len(plan.packages))
+            if has_bare_executable(staged, package.name):
+                _add_override(roots, package, names[package.name], debmeta.BARE_EXECUTABLE)
+            _write_library_control(package, names, version, roots)
+        done = 0
+
+        def pack(package: PackagePlan) -> str:
+            """Depends, control, md5sums and the .deb of one package."""
+            nonlocal done
             root = roots[package.name]
             if native:
                 system = _shlibdeps(shlibdeps, plan, package, staged, names, roots)
@@ -139,7 +145,18 @@ def write_debs(plan: Plan, build: Path, progress: Progress | None, guard: bool) 
                 ],
                 env={"SOURCE_DATE_EPOCH": str(plan.wheel.timestamp)},
             )
-            written.append(filename)
+            done += 1
+            if progress is not None:
+                progress(f"deb {names[package.name]}", done, len(plan.packages))
+            return filename
+
+        # Two at a time, the largest first: the export package's dpkg-deb (7.4 s of the 20 s
+        # build, measured alone) runs beside the other two. Each writes only its own root;
+        # dpkg-shlibdeps only reads the siblings' libraries and symbols files, written above.
+        order = sorted(plan.packages, key=lambda p: -p.bytes)
+        with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+            built = dict(zip([p.name for p in order], pool.map(pack, order), strict=True))
+        written = [built[p.name] for p in plan.packages]
     finally:
         shutil.rmtree(scratch)
     return written
@@ -193,15 +210,20 @@ def _write_docs(
     (directory / name).write_text(debmeta.lintian_overrides(name, overrides))
 
 
+def _add_override(
+    roots: dict[str, Path], package: PackagePlan, name: str, override: tuple[str, str]
+) -> None:
+    path = roots[package.name] / "usr" / "share" / "lintian" / "overrides" / name
+    path.write_text(path.read_text() + debmeta.lintian_overrides(name, (override,)))
+
+
 def _ships_libraries(package: PackagePlan) -> bool:
     """Whether the package holds public shared libraries (in the libdir), not just modules."""
     return not package.python and bool(package.sonames)
 
 
 def _write_library_control(
-    plan: Plan,
     package: PackagePlan,
-    staged: Staged,
     names: dict[str, str],
     version: str,
     roots: dict[str, Path],

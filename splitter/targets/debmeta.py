@@ -53,10 +53,10 @@ PYTHON = (
         "upstream test and codegen scripts keep their original #! line; they are run with "
         "python3 -m, never as executables",
     ),
-    (
-        "executable-not-elf-or-script *",
-        "upstream ships this helper script executable without a #! line; kept as in the wheel",
-    ),
+)
+BARE_EXECUTABLE = (
+    "executable-not-elf-or-script *",
+    "upstream ships this helper script executable without a #! line; kept as in the wheel",
 )
 
 

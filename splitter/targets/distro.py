@@ -164,3 +164,28 @@ def clamp_times(root: Path, epoch: int) -> None:
         for name in files + subdirs:
             os.utime(os.path.join(directory, name), (epoch, epoch), follow_symlinks=False)
     os.utime(root, (epoch, epoch))
+
+
+def has_bare_executable(staged: Staged, name: str) -> bool:
+    """Whether the package ships an executable file that is neither ELF nor has a #! line
+    (the x86_64 1.5.1 wheel has one, the aarch64 wheel none): the linters' overrides for it
+    are written only when it is there, since an unused override is itself reported."""
+    return any(not head.startswith((b"\x7fELF", b"#!")) for head in _executable_heads(staged, name))
+
+
+def has_env_script(staged: Staged, name: str) -> bool:
+    """Whether the package ships an executable script run through /usr/bin/env (the x86_64
+    1.5.1 wheel has 21, the aarch64 wheel none executable); see has_bare_executable."""
+    return any(
+        head.replace(b" ", b"").startswith(b"#!/usr/bin/env")
+        for head in _executable_heads(staged, name)
+    )
+
+
+def _executable_heads(staged: Staged, name: str) -> list[bytes]:
+    heads = []
+    for item in staged.packages[name]:
+        if item.executable:
+            with open(item.real, "rb") as handle:
+                heads.append(handle.read(32))
+    return heads

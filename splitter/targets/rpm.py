@@ -100,7 +100,7 @@ def write_rpms(plan: Plan, build: Path, progress: Progress | None, guard: bool) 
         specs.mkdir(exist_ok=True)
         spec_path = specs / f"{spec_name(plan, distro)}.{arch.machine}.spec"
         spec_path.write_text(spec)
-        spec_path.with_suffix(".rpmlintrc").write_text(rpmlintrc(plan, distro))
+        spec_path.with_suffix(".rpmlintrc").write_text(rpmlintrc(plan, staged, distro))
         if progress is not None:
             progress("rpmbuild", 0, len(plan.packages))
         topdir = scratch / "top"

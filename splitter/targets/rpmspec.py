@@ -8,7 +8,13 @@ import textwrap
 
 from splitter.model import Distro, PackagePlan, Plan
 from splitter.targets.debmeta import synopsis
-from splitter.targets.distro import RECORD, exclusivity_sentence, external_requirements
+from splitter.targets.distro import (
+    RECORD,
+    exclusivity_sentence,
+    external_requirements,
+    has_bare_executable,
+    has_env_script,
+)
 from splitter.targets.stage import Staged, StagedFile
 
 # Macros every build of the spec needs, whoever runs it: upstream's binaries are shipped as
@@ -22,6 +28,11 @@ SPEC_MACROS = (
     ("use_source_date_epoch_as_buildtime", "1"),
     ("clamp_mtime_to_source_date_epoch", "1"),
     ("_buildhost", "reproducible"),
+    # rpm's Python dist generator reads the dist-info with whatever `packaging` the build
+    # machine's /usr/bin/python3 has (Debian's has none: it fails and adds nothing), so its
+    # output would depend on the machine. The Python requirements stay in the shipped METADATA.
+    ("__pythondist_provides", "%{nil}"),
+    ("__pythondist_requires", "%{nil}"),
 )
 
 
@@ -72,12 +83,19 @@ RPMLINT_FILTERS = (
 )
 
 
-def rpmlintrc(plan: Plan, distro: Distro) -> str:
+def rpmlintrc(plan: Plan, staged: Staged, distro: Distro) -> str:
     """The rpmlintrc of the packages: each kept error filtered after a comment with its reason."""
     names = dict(distro.names)
     lines = [f"# rpmlint filters for the {plan.recipe.project} packages split by splitter"]
     for role, check, reason in RPMLINT_FILTERS:
         for package in plan.packages:
+            # rpmlint reports a filter that matches nothing: these two only where the files are
+            bare = check == "script-without-shebang" and not has_bare_executable(
+                staged, package.name
+            )
+            env = check == "env-script-interpreter" and not has_env_script(staged, package.name)
+            if bare or env:
+                continue
             library = not package.python and bool(package.sonames)
             if (
                 role == "any"
@@ -116,8 +134,6 @@ def render_spec(
         f"Name: {name}",
         f"Version: {plan.wheel.version}",
         f"Release: {release}",
-        f"Summary: {synopsis(plan.wheel.summary or name)}",
-        "Group: System/Libraries",
         f"Packager: {distro.maintainer}",
         f"License: {plan.wheel.license or 'unknown'}",
     ]
@@ -126,8 +142,13 @@ def render_spec(
     lines.append(f"Source0: {licence_name}")
     for index, package in enumerate(plan.packages, start=1):
         lines.append(f"Source{index}: {sources[package.name]}")
-    lines += ["", "%description", _wrap(plan.wheel.summary or name), ""]
-    for package in plan.packages:
+    # The package named like the spec is the main one: its Summary and %description are the
+    # spec's own; without one, the spec's come from the wheel (and no main package is built).
+    main = [p for p in plan.packages if names[p.name] == name]
+    if not main:
+        summary = synopsis(plan.wheel.summary or name)
+        lines += [f"Summary: {summary}", "", "%description", _wrap(summary), ""]
+    for package in main + [p for p in plan.packages if p not in main]:
         lines += _package_section(plan, package, names, name, release)
     lines += ["%prep", "", "%build", "", "%install"]
     for package in plan.packages:
@@ -183,7 +204,7 @@ def _package_section(
 
 
 def _wrap(text: str) -> str:
-    return "\n".join(textwrap.wrap(text, width=79, break_long_words=False))
+    return "\n".join(textwrap.wrap(text, width=79, break_long_words=False, break_on_hyphens=False))
 
 
 def _directories(files: tuple[StagedFile, ...]) -> set[str]:

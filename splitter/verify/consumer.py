@@ -108,10 +108,15 @@ sys.stdout.buffer.write(method.execute([torch.from_numpy(x.copy())])[0].numpy().
 """
 
 
-def run_model_python(python: Path, sitedir: Path) -> subprocess.CompletedProcess[bytes]:
-    """Run the shipped model through executorch.runtime from `sitedir` with `python`."""
+def run_model_python(
+    python: Path, sitedir: Path, library_path: Path | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """Run the shipped model through executorch.runtime from `sitedir` with `python`;
+    `library_path` stands for a system libdir the scratch root's libraries are installed in."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LD_LIBRARY_PATH")}
     env["PYTHONPATH"] = str(sitedir)
+    if library_path is not None:
+        env["LD_LIBRARY_PATH"] = str(library_path)
     return subprocess.run(
         [str(python), "-c", RUN_PTE, str(MODEL)], capture_output=True, env=env, check=False
     )

@@ -47,6 +47,13 @@ class Installed:
     sitedir: Path | None  # where `import executorch` finds the export side
     packages: tuple[str, ...]
     verdicts: tuple[dict[str, Any], ...]
+    quantized_name: str = QUANTIZED  # what the CMake config tells users to install for it
+    install_prefix: Path | None = None  # the prefix (its bin/), when cmake_prefix is not it
+
+    @property
+    def home(self) -> Path:
+        """The installed prefix: where a program installed beside the libraries goes."""
+        return self.install_prefix or self.cmake_prefix
 
 
 def detect(out: Path) -> str:
@@ -57,8 +64,12 @@ def detect(out: Path) -> str:
         return "wheel"
     if any(out.glob("*.install")):
         return "tree"
+    if any(out.glob("*.deb")):
+        return "deb"
+    if any(out.glob("*.rpm")):
+        return "rpm"
     raise SplitterError(
-        f"not a splitter output (no channel, wheels or .install lists): {out}\n"
+        f"not a splitter output (no channel, wheels, .install lists, .deb or .rpm): {out}\n"
         "point verify at the -o directory of `splitter build`"
     )
 
@@ -70,7 +81,39 @@ def install(out: Path, scratch: Path, only: tuple[str, ...] | None = None) -> In
         return _conda(out, scratch, only)
     if kind == "wheel":
         return _wheel(out, scratch, only)
+    if kind in ("deb", "rpm"):
+        return _distro(kind, out, scratch, only)
     return _tree(out, scratch, only)
+
+
+def _distro(kind: str, out: Path, scratch: Path, only: tuple[str, ...] | None) -> Installed:
+    """Install OUT's .deb or .rpm files (those of the plan packages in `only`) with dpkg or
+    rpm into a scratch root; which plan package a file holds is in its exclusivity record."""
+    from splitter.verify.distro import install_packages, records
+
+    every = records(out, kind)
+    chosen = {p: r for p, r in every.items() if only is None or r["package"] in only}
+    root = scratch / "root"
+    install_packages(kind, sorted(chosen), root)
+    usr = root / "usr"
+    libdir = next((p.parent for p in sorted(usr.rglob("libexecutorch.so"))), usr / "lib")
+    site = next(iter(sorted(usr.glob("lib*/python*/*-packages"))), None)
+    config = libdir / "cmake" / "executorch"
+    return Installed(
+        kind=kind,
+        root=root,
+        libdir=libdir,
+        # CMake searches lib/<triplet> under a prefix everywhere, lib64 not on a Debian host;
+        # a prefix that is the config directory itself is searched on every platform.
+        cmake_prefix=usr if kind == "deb" or not config.is_dir() else config,
+        install_prefix=usr,
+        sitedir=site,
+        packages=tuple(r["package"] for r in chosen.values()),
+        verdicts=_unique([v for r in chosen.values() for v in r["pairs"]]),
+        quantized_name=next(
+            (r["distro_package"] for r in every.values() if r["package"] == QUANTIZED), QUANTIZED
+        ),
+    )
 
 
 def _name_of_conda(path: Path) -> str:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -124,7 +126,9 @@ def verify(
         if is_macos_output(full):
             return _macos(full, cmakes, only)
         items = coload_items(full.libdir, full.sitedir) if "co-load" in only else []
-        for pair in coload_matrix(items, full.verdicts, Path(sys.executable), torch_python, jobs):
+        with system_libdir(full):
+            pairs = coload_matrix(items, full.verdicts, Path(sys.executable), torch_python, jobs)
+        for pair in pairs:
             status = (
                 Status.SKIP
                 if pair.outcome == Outcome.SKIPPED
@@ -175,6 +179,25 @@ def _macos(full: Installed, cmakes: list[Path], only: tuple[str, ...]) -> list[C
     return checks
 
 
+@contextlib.contextmanager
+def system_libdir(full: Installed) -> Iterator[None]:
+    """For a .deb or .rpm root: its libdir on LD_LIBRARY_PATH for the processes started
+    inside (the co-load loaders). Installed for real, that libdir is the dynamic linker's
+    default (/usr/lib/<triplet>, /usr/lib64), which is why the packages carry no RUNPATH."""
+    if full.kind not in ("deb", "rpm"):
+        yield
+        return
+    before = os.environ.get("LD_LIBRARY_PATH")
+    os.environ["LD_LIBRARY_PATH"] = str(full.libdir)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["LD_LIBRARY_PATH"]
+        else:
+            os.environ["LD_LIBRARY_PATH"] = before
+
+
 def consumer_checks(out: Path, full: Installed, cmakes: list[Path], scratch: Path) -> list[Check]:
     """Per CMake: the consumer runs the model, and fails to configure without kernels-quantized.
 
@@ -195,12 +218,13 @@ def consumer_checks(out: Path, full: Installed, cmakes: list[Path], scratch: Pat
         missing = build_consumer(
             cmake, build / "r", prefix=runtime_only.cmake_prefix, quantized=True
         )
-        named = missing.returncode != 0 and MISSING_QUANTIZED in " ".join(missing.output.split())
+        message = MISSING_QUANTIZED.replace(QUANTIZED, full.quantized_name)
+        named = missing.returncode != 0 and message in " ".join(missing.output.split())
         checks.append(
             Check(
                 check="missing component",
                 subject=subject,
-                expected="configure fails naming executorch-kernels-quantized",
+                expected=f"configure fails naming {full.quantized_name}",
                 outcome="as expected" if named else "configured or unnamed",
                 status=Status.PASS if named else Status.FAIL,
                 detail=""
@@ -256,13 +280,13 @@ def relocation_check(full: Installed, cmakes: list[Path], scratch: Path) -> Chec
             outcome="build failed",
             status=Status.FAIL,
         )
-    bindir = prefix / "bin"
+    bindir = copy / full.home.relative_to(full.root) / "bin"
     bindir.mkdir(exist_ok=True)
     shutil.copy2(built.runner, bindir / "runner")
     moved = scratch / "relocate" / "after" / "moved"
     moved.parent.mkdir(parents=True)
     os.rename(copy, moved)
-    runner = moved / full.cmake_prefix.relative_to(full.root) / "bin" / "runner"
+    runner = moved / full.home.relative_to(full.root) / "bin" / "runner"
     out_file = scratch / "relocate" / "out.bin"
     run = run_model(runner, out_file)
     same = run.returncode == 0 and out_file.read_bytes() == expected_output()
@@ -299,7 +323,8 @@ def python_check(full: Installed, torch_python: Path | None) -> Check:
             "needs torch: pass --python with an interpreter that imports the torch the export "
             "package requires",
         )
-    run = run_model_python(torch_python, full.sitedir)
+    library_path = full.libdir if full.kind in ("deb", "rpm") else None
+    run = run_model_python(torch_python, full.sitedir, library_path)
     same = run.returncode == 0 and run.stdout == expected_output()
     return Check(
         check="model (Python)",

@@ -1,0 +1,95 @@
+"""Install a `--target deb` or `--target rpm` output into a scratch root with dpkg or rpm."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import tarfile
+from pathlib import Path
+from typing import Any
+
+from splitter.errors import SplitterError
+from splitter.targets.distro import ARCHES, RECORD, need_tool, run_tool
+
+
+def _record(command: list[str], package: Path, stdin: Any = None) -> dict[str, Any]:
+    """The exclusivity record inside a package, read from its payload as a tar stream."""
+    with subprocess.Popen(
+        command, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    ) as proc:
+        assert proc.stdout is not None
+        with tarfile.open(fileobj=proc.stdout, mode="r|*") as archive:  # plain or gzip
+            for member in archive:
+                if member.name.endswith(f"/{RECORD}") and "/share/doc/" in member.name:
+                    handle = archive.extractfile(member)
+                    assert handle is not None
+                    data: dict[str, Any] = json.loads(handle.read())
+                    proc.kill()
+                    return data
+    raise SplitterError(
+        f"no {RECORD} in the package (not built by splitter?): {package}\n"
+        "point verify at the -o directory of `splitter build --target deb|rpm`"
+    )
+
+
+def records(out: Path, kind: str) -> dict[Path, dict[str, Any]]:
+    """Each .deb or .rpm of OUT and the exclusivity record it ships (its plan package)."""
+    arch = ARCHES.get(platform.machine())
+    if arch is None:
+        raise SplitterError(
+            f"verify runs .{kind} packages on Linux x86_64 or aarch64, not {platform.machine()}: "
+            f"{out}\nrun it on one of those machines"
+        )
+    # a release's OUT holds both architectures; only this machine's can be installed and run
+    suffix = f"_{arch.deb}.deb" if kind == "deb" else f".{arch.machine}.rpm"
+    found = {}
+    for package in sorted(out.glob(f"*{suffix}")):
+        if kind == "deb":
+            command = [need_tool("dpkg-deb", "dpkg"), "--fsys-tarfile", str(package)]
+            found[package] = _record(command, package)
+        else:
+            # rpm2archive turns the payload into a gzip'd tar on stdout
+            command = [need_tool("rpm2archive", "rpm2cpio"), "-"]
+            with package.open("rb") as stdin:
+                found[package] = _record(command, package, stdin)
+    if not found:
+        raise SplitterError(
+            f"no .{kind} for this machine ({arch.machine}) in the output: {out}\n"
+            f"build one from the {arch.machine} wheel (--platform) or verify on such a machine"
+        )
+    return found
+
+
+def install_packages(kind: str, files: list[Path], root: Path) -> None:
+    """Install `files` into a fresh `root`: dpkg --instdir/--admindir, or rpm --root with its
+    own database. Dependencies are not checked (--force-depends, --nodeps): this machine's
+    empty database knows neither glibc nor torch; the checks that follow load the files."""
+    root = root.absolute()
+    if kind == "deb":
+        admin = root / "var" / "lib" / "dpkg"
+        for sub in ("info", "updates", "triggers"):
+            (admin / sub).mkdir(parents=True, exist_ok=True)
+        for name in ("status", "available"):
+            (admin / name).touch()
+        run_tool(
+            "dpkg could not install the packages into a scratch root",
+            [
+                need_tool("dpkg", "dpkg"),
+                f"--instdir={root}",
+                f"--admindir={admin}",
+                "--force-not-root",
+                "--force-depends",
+                "--install",
+                *map(str, files),
+            ],
+        )
+        return
+    rpm = need_tool("rpm", "rpm")
+    root.mkdir(parents=True, exist_ok=True)
+    base = [rpm, "--root", str(root), "--dbpath", "/var/lib/rpm"]
+    run_tool("rpm could not create a database in a scratch root", [*base, "--initdb"])
+    run_tool(
+        "rpm could not install the packages into a scratch root",
+        [*base, "-i", "--nodeps", *map(str, files)],
+    )
