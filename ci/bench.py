@@ -1,7 +1,7 @@
 """Benchmarks: splitter's commands beside baselines measured in the same run, as ratios.
 
 Usage: python ci/bench.py [WHEEL] [--repeat N] [--level L] [--skip-rattler] [--skip-synthetic]
-                          [--only plan|conda|wheel|tree|rattler|synthetic|release ...]
+                          [--only plan|conda|wheel|tree|deb|rpm|rattler|synthetic|release ...]
 
 Each command runs in a fresh subprocess, alternating with its baseline; its wall time (best
 of N), its largest single-process RSS (wait4), the summed PSS of it and its worker processes,
@@ -12,6 +12,10 @@ target. Nothing is asserted: these are figures for the notes, not tests.
                   rattler-build building the generated recipe at the same level
   build wheel     vs unzip
   build tree      vs unzip
+  build deb       vs unzip plus one `dpkg-deb --root-owner-group -Zgzip -z9` of the whole payload
+                  (the compression splitter's .deb use)
+  build rpm       vs unzip plus one `rpmbuild -bb` packaging the whole payload (payload w3.zstdio,
+                  nothing stripped or post-processed, as splitter's spec)
   10x synthetic   plan and build conda on a wheel ten times the size (growth should be linear)
   release         build conda of the ten Linux wheels of the release (level 3) vs the summed
                   floor of those wheels (each unzipped, its payloads tar'ed and zstd -3 -T2'ed)
@@ -36,7 +40,7 @@ from pathlib import Path
 PY = sys.executable
 # The console script users run (its spawned workers re-import the script, unlike `-m`).
 SPLITTER = str(Path(PY).with_name("splitter"))
-SECTIONS = ("plan", "conda", "wheel", "tree", "rattler", "synthetic", "release")
+SECTIONS = ("plan", "conda", "wheel", "tree", "deb", "rpm", "rattler", "synthetic", "release")
 RELEASE_LEVEL = 3  # the release section compresses at zstd level 3, build and floor alike
 # Unzip, then one zstd-compressed tar per package payload: the least any tool must do.
 FLOOR = (
@@ -47,6 +51,32 @@ FLOOR = (
     "tar -C w -cf - executorch/lib executorch/include | zstd -q -{level} -T2 -o r.tar.zst; "
     "rm -r w/executorch/lib w/executorch/include; "
     "tar -C w -cf - . | zstd -q -{level} -T2 -o e.tar.zst"
+)
+DEB_FLOOR = (
+    "set -e; cd {dir}; mkdir -p w/opt w/DEBIAN; unzip -q {wheel} -d w/opt/floor; "
+    "printf 'Package: floor\\nVersion: 1\\nArchitecture: all\\nMaintainer: f <f@f.f>\\n"
+    "Description: floor\\n' > w/DEBIAN/control; "
+    "dpkg-deb --root-owner-group -Zgzip -z9 --build w floor.deb >/dev/null"
+)
+RPM_SPEC = """Name: floor
+Version: 1
+Release: 1
+Summary: floor
+License: none
+%description
+floor
+%install
+mkdir -p %{buildroot}/opt/floor
+cp -a %{floor_tree}/. %{buildroot}/opt/floor/
+%files
+/opt/floor
+"""
+RPM_FLOOR = (
+    "set -e; cd {dir}; unzip -q {wheel} -d w; printf '%s' \"$SPEC\" > floor.spec; "
+    'rpmbuild -bb --quiet --define "_topdir {dir}/top" --define "floor_tree {dir}/w" '
+    "--define 'debug_package %{{nil}}' --define '__strip /bin/true' "
+    "--define '__os_install_post %{{nil}}' --define '_build_id_links none' "
+    "--define '_binary_payload w3.zstdio' floor.spec"
 )
 RATTLER = (
     "import sys\n"
@@ -194,6 +224,13 @@ def unzip(wheel: str) -> Measure:
         return run(["unzip", "-q", "-o", wheel, "-d", directory])
 
 
+def distro_floor(wheel: str, target: str) -> Measure:
+    """The least a .deb or .rpm of the wheel costs: unzip, then one package of everything."""
+    with tempfile.TemporaryDirectory() as directory:
+        script = (DEB_FLOOR if target == "deb" else RPM_FLOOR).format(wheel=wheel, dir=directory)
+        return run(["bash", "-c", script], {**os.environ, "SPEC": RPM_SPEC})
+
+
 def rattler_recipe(wheel: str, level: int) -> Measure:
     """rattler-build building splitter's generated recipe from the local wheel (one run)."""
     with tempfile.TemporaryDirectory() as scratch:
@@ -338,6 +375,20 @@ def main() -> None:
         )
         row("baseline: unzip (disk)", base_unzip)
         row(f"splitter build --target {target}", measured, base_unzip, "unzip", "target: < 200 MB")
+    for target, tool in (("deb", "dpkg-deb"), ("rpm", "rpmbuild")):
+        if target not in only or shutil.which(tool) is None:
+            continue
+        base_distro, measured = paired(
+            partial(distro_floor, wheel, target), partial(build, wheel, target, args.level), repeat
+        )
+        row(f"baseline: unzip + one {tool} of the payload", base_distro)
+        row(
+            f"splitter build --target {target}",
+            measured,
+            base_distro,
+            tool,
+            "(no target set; three packages against one)",
+        )
     if "rattler" in only and conda is not None and shutil.which("unzip"):
         rattler = rattler_recipe(wheel, args.level)
         row(
