@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -22,6 +23,7 @@ from splitter.plan import make_plan
 from splitter.recipe import load_recipe
 from splitter.release import PlatformGroup, Release
 from splitter.targets.deb import DebBuilder
+from splitter.targets.distro import tool_path
 from splitter.targets.generated import generated_files
 
 pytestmark = pytest.mark.integration
@@ -61,6 +63,7 @@ def dpkg(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         check=False,
+        env={**os.environ, "PATH": tool_path()},  # dpkg wants ldconfig, in /sbin, on PATH
     )
 
 

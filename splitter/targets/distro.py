@@ -59,6 +59,17 @@ def need_tool(command: str, debian_package: str) -> str:
     return found
 
 
+SBIN = ("/usr/sbin", "/sbin")
+
+
+def tool_path() -> str:
+    """$PATH with the system's sbin directories after it: dpkg refuses to install anything
+    when ldconfig and start-stop-daemon are not on PATH (they are in /sbin and /usr/sbin),
+    which a user's or a CI job's PATH need not include."""
+    path = [p for p in os.environ.get("PATH", os.defpath).split(os.pathsep) if p]
+    return os.pathsep.join([*path, *(d for d in SBIN if d not in path)])
+
+
 def run_tool(
     what: str, command: Sequence[str], cwd: Path | None = None, env: Mapping[str, str] = {}
 ) -> str:
@@ -66,7 +77,7 @@ def run_tool(
     result = subprocess.run(
         list(command),
         cwd=cwd,
-        env={**os.environ, "LC_ALL": "C.UTF-8", **env},
+        env={**os.environ, "LC_ALL": "C.UTF-8", "PATH": tool_path(), **env},
         capture_output=True,
         text=True,
         check=False,
