@@ -15,7 +15,7 @@ from splitter.targets.distro import (
     has_bare_executable,
     has_env_script,
 )
-from splitter.targets.stage import Staged, StagedFile
+from splitter.targets.stage import Staged, own_directories
 
 # Macros every build of the spec needs, whoever runs it: upstream's binaries are shipped as
 # split (RUNPATHs edited, nothing else), so nothing strips, byte-compiles or splits debug info,
@@ -207,16 +207,6 @@ def _wrap(text: str) -> str:
     return "\n".join(textwrap.wrap(text, width=79, break_long_words=False, break_on_hyphens=False))
 
 
-def _directories(files: tuple[StagedFile, ...]) -> set[str]:
-    dirs: set[str] = set()
-    for item in files:
-        parent = posixpath.dirname(item.path)
-        while parent:
-            dirs.add(parent)
-            parent = posixpath.dirname(parent)
-    return dirs
-
-
 def _files_section(
     plan: Plan,
     staged: Staged,
@@ -228,22 +218,7 @@ def _files_section(
     """%files: every staged file, %dir for the directories this package creates that no
     dependency and no system package owns, the licence and the exclusivity record."""
     layout = staged.layout
-    standard: set[str] = set()
-    for base in (
-        layout.libdir,
-        layout.includedir,
-        layout.sitedir,
-        layout.bindir,
-        layout.pkgconfigdir,
-        f"{layout.libdir}/cmake",
-    ):
-        while base:
-            standard.add(base)
-            base = posixpath.dirname(base)
-    theirs: set[str] = set()
-    for dep in package.depends:
-        theirs |= _directories(staged.packages[dep.name])
-    mine = _directories(staged.packages[package.name]) - standard - theirs
+    mine = own_directories(staged, package.name, (d.name for d in package.depends))
     root = "/" + layout.prefix.strip("/")
     rpm_name = names[package.name]
     lines = [f"%files{_suffix(rpm_name, spec)}", "%defattr(-,root,root,-)"]

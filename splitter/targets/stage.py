@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,6 +164,35 @@ def stage(
         runpaths=MappingProxyType(runpaths),
         elsewhere=MappingProxyType({name: tuple(paths) for name, paths in elsewhere.items()}),
     )
+
+
+def own_directories(staged: Staged, package: str, dependencies: Iterable[str]) -> set[str]:
+    """The directories `package` creates that neither a dependency nor the layout's standard
+    install directories (libdir, includedir, site-packages, bindir, pkgconfig, cmake, and their
+    parents) own: what an RPM %files section lists as %dir."""
+    layout = staged.layout
+    taken: set[str] = set()
+    for base in (
+        layout.libdir,
+        layout.includedir,
+        layout.sitedir,
+        layout.bindir,
+        layout.pkgconfigdir,
+        f"{layout.libdir}/cmake",
+    ):
+        taken |= {base, *_parents(base)}
+    for dependency in dependencies:
+        taken |= {d for path in staged.paths(dependency) for d in _parents(path)}
+    return {d for path in staged.paths(package) for d in _parents(path)} - taken
+
+
+def _parents(path: str) -> list[str]:
+    parents = []
+    parent = posixpath.dirname(path)
+    while parent:
+        parents.append(parent)
+        parent = posixpath.dirname(parent)
+    return parents
 
 
 WORKERS = 2

@@ -13,7 +13,7 @@ from splitter.model import Plan, Rpath
 from splitter.output import atomic_output
 from splitter.release import Release
 from splitter.report import dependency_json, verdict_json
-from splitter.targets.stage import Progress, Staged, StagedFile, stage
+from splitter.targets.stage import Progress, Staged, StagedFile, own_directories, stage
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,36 +105,11 @@ def install_list(files: tuple[StagedFile, ...], prefix: str) -> str:
     return "".join(f"{posixpath.join(prefix, f.path)}\n" for f in files)
 
 
-def _directories(paths: tuple[str, ...]) -> set[str]:
-    dirs: set[str] = set()
-    for path in paths:
-        parent = posixpath.dirname(path)
-        while parent:
-            dirs.add(parent)
-            parent = posixpath.dirname(parent)
-    return dirs
-
-
 def rpm_files(plan: Plan, staged: Staged, name: str) -> str:
     """An RPM %files section; %dir for directories this package creates and no dependency has."""
     layout = staged.layout
-    standard = set()
-    for base in (
-        layout.libdir,
-        layout.includedir,
-        layout.sitedir,
-        layout.bindir,
-        layout.pkgconfigdir,
-        f"{layout.libdir}/cmake",
-    ):
-        while base:
-            standard.add(base)
-            base = posixpath.dirname(base)
     package = plan.package(name)
-    theirs: set[str] = set()
-    for dep in package.depends:
-        theirs |= _directories(staged.paths(dep.name))
-    mine = _directories(staged.paths(name)) - standard - theirs
+    mine = own_directories(staged, name, (d.name for d in package.depends))
     root = "/" + layout.prefix.strip("/")
     lines = [f"%files -n {name}"]
     lines += [f"%dir {posixpath.join(root, d)}" for d in sorted(mine)]
