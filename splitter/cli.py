@@ -19,6 +19,7 @@ from splitter.console import (
     make_table,
     out,
     progress_bar,
+    reporter,
     show_diagnosis,
     show_plan,
     show_release,
@@ -261,15 +262,7 @@ def build(
     with builder as chosen:
         result = compute_input(wheel or [], recipe, progress, python, platform)
         with progress_bar(progress) as bar:
-            task = bar.add_task(f"building {target.value}", total=None) if bar else None
-
-            def report(stage: str, done: int, total: int) -> None:
-                if bar is not None and task is not None:
-                    bar.update(task, completed=done, total=total or None, description=stage)
-
-            # No bar, no callback: the conda target then also packs in the build process
-            # (targets.conda.assemble_all), which would freeze a bar.
-            callback = report if bar is not None else None
+            callback = reporter(bar, f"building {target.value}")
             if isinstance(result, Release):
                 written = chosen.build_release(result, out_dir, callback)
             else:

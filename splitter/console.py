@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -125,16 +125,24 @@ def compute_input(
     return compute_release(paths, recipe, show_progress)
 
 
+def reporter(bar: Progress | None, description: str) -> Callable[[str, int, int], None] | None:
+    """A progress callback (stage, done, total) drawing one task on `bar`; None without a bar,
+    so that the core skips its reports (and the conda target may pack in the build process,
+    which would freeze a bar)."""
+    if bar is None:
+        return None
+    task = bar.add_task(description, total=None)
+
+    def report(stage: str, done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total or None, description=stage)
+
+    return report
+
+
 def compute_release(paths: list[Path], recipe: Recipe, show_progress: bool) -> Release:
     """Plan every wheel of a release and check they form one, with a progress bar."""
     with progress_bar(show_progress) as bar:
-        task = bar.add_task("planning the release", total=len(paths)) if bar else None
-
-        def report(stage: str, done: int, total: int) -> None:
-            if bar is not None and task is not None:
-                bar.update(task, completed=done, description=stage)
-
-        return make_release(paths, recipe, report)
+        return make_release(paths, recipe, reporter(bar, "planning the release"))
 
 
 def show_release(release: Release) -> None:

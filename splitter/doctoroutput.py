@@ -17,7 +17,7 @@ from pathlib import Path
 from splitter.doctor import Diagnosis, diagnose_dirs
 from splitter.errors import DoctorError
 from splitter.verify.install import Installed, install
-from splitter.verify.release import python_of, release_exports
+from splitter.verify.release import export_environment, python_of, release_exports
 
 
 def diagnose_output(out: Path) -> list[Diagnosis]:
@@ -54,14 +54,10 @@ def _release_environments(out: Path, scratch: Path) -> list[Environment]:
     exports = release_exports(out)
     if exports is not None:
         for subdir, builds in sorted(exports.items()):
-            shared = [p for p in sorted((out / subdir).glob("*.conda")) if p not in builds]
             for export in builds:
-                view = scratch / f"view-{subdir}-{export.name}"
-                (view / subdir).mkdir(parents=True)
-                for package in [*shared, export]:
-                    os.link(package, view / subdir / package.name)
-                repodata = (out / subdir / "repodata.json").read_bytes()
-                (view / subdir / "repodata.json").write_bytes(repodata)
+                view = export_environment(
+                    out, subdir, export, scratch / f"view-{subdir}-{export.name}"
+                )
                 label = f"{subdir}, python {python_of(export)}: {export.name}"
                 found.append((label, view, None))
         return found

@@ -22,7 +22,7 @@ from pathlib import Path
 from splitter.binaries.elf import build_id_span
 from splitter.binaries.macho import is_macho, stamped_spans
 from splitter.errors import ReleaseError
-from splitter.model import Plan, Recipe
+from splitter.model import PackagePlan, Plan, Recipe
 from splitter.payload import Payload
 from splitter.plan import make_plan
 
@@ -58,6 +58,13 @@ class PlatformGroup:
     def source(self) -> Plan:
         """The plan of the wheel for the oldest Python: the shared packages come from it."""
         return self.plans[0]
+
+    def packaged_from(self, plan: Plan) -> tuple[PackagePlan, ...]:
+        """The packages a release builds from `plan`, one of the group's: every one from the
+        source wheel, the Python packages alone from the others."""
+        return tuple(
+            p for p in plan.packages if plan is self.source or p.name not in self.shared_packages
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,7 +1,10 @@
-"""Build small wheels and recipes for tests from {path: bytes}; RECORD is computed here."""
+"""Build small wheels and recipes for tests from {path: bytes}; RECORD is computed here. Run
+the CLI as a user does."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -98,3 +101,18 @@ def replace_member(wheel: Path, name: str, data: bytes) -> None:
             info.compress_type = zipfile.ZIP_STORED
             target.writestr(info, content)
     replacement.replace(wheel)
+
+
+def run_splitter(
+    *args: str, cwd: Path | None = None, timeout: float = 1200
+) -> subprocess.CompletedProcess[str]:
+    """`splitter ARGS` in a subprocess of this interpreter, stdout and stderr pipes (as in
+    `splitter ... | cat`)."""
+    return subprocess.run(
+        [sys.executable, "-m", "splitter", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd,
+        timeout=timeout,
+    )

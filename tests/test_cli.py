@@ -12,24 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
+from builders import run_splitter
 
 PACKAGES = ("executorch-runtime", "executorch-kernels-quantized", "executorch-export")
 
 
-def splitter(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """The CLI with stdout a pipe, as in `splitter ... | cat`."""
-    return subprocess.run(
-        [sys.executable, "-m", "splitter", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=cwd,
-        timeout=600,
-    )
-
-
 def test_version() -> None:
-    result = splitter("--version")
+    result = run_splitter("--version")
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"splitter {importlib.metadata.version('splitter')}\n"
 
@@ -37,7 +26,7 @@ def test_version() -> None:
 def test_help_shows_flags_as_flags() -> None:
     """Boolean options read as flags in --help (no `<bool>` value), and every choice of an
     option with choices is listed."""
-    result = splitter("build", "--help")
+    result = run_splitter("build", "--help")
     assert result.returncode == 0, result.stderr
     assert "<bool>" not in result.stdout
     lines = [line.strip() for line in result.stdout.splitlines()]
@@ -52,7 +41,7 @@ def test_build_summary_survives_a_pipe(real_wheel: Path, tmp_path: Path, target:
     output directory and the next command; nothing is cut with an ellipsis, and every path
     the next command names exists."""
     out = tmp_path / "out"
-    result = splitter("build", str(real_wheel), "-t", target, "-o", str(out), cwd=tmp_path)
+    result = run_splitter("build", str(real_wheel), "-t", target, "-o", str(out), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert "…" not in result.stdout
@@ -75,7 +64,7 @@ def test_verbose_build_lists_every_file(real_wheel: Path, tmp_path: Path, where:
     path per line, each of which exists; together exactly the output directory's files."""
     out = tmp_path / "out"
     args = ["build", str(real_wheel), "-t", "tree", "-o", str(out)]
-    result = splitter(*(["-v", *args] if where == "before" else [*args, "-v"]))
+    result = run_splitter(*(["-v", *args] if where == "before" else [*args, "-v"]))
     assert result.returncode == 0, result.stderr
     listed = [line for line in result.stdout.splitlines() if line.startswith(str(out) + "/")]
     assert sorted(listed) == sorted(str(p) for p in out.iterdir())
@@ -85,14 +74,14 @@ def test_verbose_build_lists_every_file(real_wheel: Path, tmp_path: Path, where:
 def test_quiet_build_prints_nothing(real_wheel: Path, tmp_path: Path) -> None:
     """-q after the subcommand: no summary, no progress, exit 0, the output written."""
     out = tmp_path / "out"
-    result = splitter("build", str(real_wheel), "-t", "wheel", "-o", str(out), "-q")
+    result = run_splitter("build", str(real_wheel), "-t", "wheel", "-o", str(out), "-q")
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
     assert len(list(out.glob("*.whl"))) == 3
 
 
 @pytest.mark.integration
 def test_plan_tables_keep_whole_names_in_a_pipe(real_wheel: Path) -> None:
-    result = splitter("plan", str(real_wheel))
+    result = run_splitter("plan", str(real_wheel))
     assert result.returncode == 0, result.stderr
     assert "…" not in result.stdout
     for name in PACKAGES:
@@ -108,7 +97,7 @@ def test_plan_graph(real_wheel: Path, tmp_path: Path, form: str) -> None:
     import shutil
 
     args = ("--graph",) if form == "dot" else ("--graph-format", "mermaid")
-    result = splitter("plan", str(real_wheel), *args)
+    result = run_splitter("plan", str(real_wheel), *args)
     assert result.returncode == 0, result.stderr
     if form == "mermaid":
         assert result.stdout.startswith("flowchart LR\n")

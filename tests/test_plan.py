@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from builders import run_splitter
 
 from splitter.errors import ExclusivityError
 from splitter.model import Plan
@@ -158,14 +157,8 @@ def test_undeclared_collision_is_an_error(dup_wheel: Path, tmp_path: Path) -> No
         make_plan(dup_wheel, load_recipe(recipe))
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "splitter", *args], capture_output=True, text=True, check=False
-    )
-
-
 def test_plan_json_shape(real_wheel: Path) -> None:
-    result = run_cli("plan", str(real_wheel), "--json")
+    result = run_splitter("plan", str(real_wheel), "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["input"]["version"] == "1.5.1"
@@ -188,7 +181,7 @@ def test_plan_json_shape(real_wheel: Path) -> None:
 
 
 def test_plan_why(real_wheel: Path) -> None:
-    result = run_cli("plan", str(real_wheel), "--why", QLIB, "--json")
+    result = run_splitter("plan", str(real_wheel), "--why", QLIB, "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["package"] == QUANTIZED
 

@@ -12,7 +12,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from builders import replace_member
+from builders import replace_member, run_splitter
 from conda_tools import install, torch_python
 from consumer_tools import (
     CMAKE_LABELS,
@@ -51,22 +51,11 @@ def release(release_wheels: dict[str, list[Path]]) -> Release:
     return make_release(release_wheels["linux-64"] + release_wheels["linux-aarch64"], load_recipe())
 
 
-def splitter(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "splitter", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=cwd,
-        timeout=1200,
-    )
-
-
 def test_plan_shows_the_matrix(release_wheels: dict[str, list[Path]]) -> None:
     """`plan --json` of the ten wheels: per platform the shared packages from the cp310 wheel,
     an export per Python, and every input with its sha256."""
     paths = release_wheels["linux-64"] + release_wheels["linux-aarch64"]
-    result = splitter("plan", "--json", *map(str, paths))
+    result = run_splitter("plan", "--json", *map(str, paths))
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["release"] == {"project": "executorch", "version": "1.5.1"}
@@ -136,7 +125,9 @@ def test_a_file_differing_beyond_its_build_id_is_refused(
     cwd.mkdir()
     for target in ("conda", "wheel"):
         out = cwd / target
-        result = splitter("build", str(cp310), str(changed), "-t", target, "-o", str(out), cwd=cwd)
+        result = run_splitter(
+            "build", str(cp310), str(changed), "-t", target, "-o", str(out), cwd=cwd
+        )
         assert result.returncode == ReleaseError.exit_code, result.stderr
         assert "beyond its build-id: executorch/lib/libexecutorch.so" in result.stderr
     assert sorted(cwd.iterdir()) == []
@@ -308,7 +299,7 @@ def test_wheelhouse(release_wheels: dict[str, list[Path]], tmp_path: Path) -> No
     wheel in its METADATA."""
     paths = release_wheels["linux-64"] + release_wheels["linux-aarch64"]
     out = tmp_path / "wheels"
-    result = splitter("-q", "build", "-t", "wheel", "-o", str(out), *map(str, paths))
+    result = run_splitter("-q", "build", "-t", "wheel", "-o", str(out), *map(str, paths))
     assert result.returncode == 0, result.stderr
     built = sorted(p.name for p in out.iterdir())
     assert len(built) == 14
@@ -373,7 +364,7 @@ def test_trees(release_wheels: dict[str, list[Path]], tmp_path: Path) -> None:
     an export tree per Python with its own site-packages, each with its file lists."""
     out = tmp_path / "trees"
     paths = [str(p) for p in release_wheels["linux-64"]]
-    result = splitter("-q", "build", "-t", "tree", "--prefix", "/usr", "-o", str(out), *paths)
+    result = run_splitter("-q", "build", "-t", "tree", "--prefix", "/usr", "-o", str(out), *paths)
     assert result.returncode == 0, result.stderr
     trees = sorted(p.name for p in (out / "linux-64").iterdir() if p.is_dir())
     pythons = [p.replace(".", "") for p in PYTHONS]
@@ -395,7 +386,7 @@ def test_doctor_diagnoses_each_environment_of_the_release(channel: Path) -> None
     """`doctor --output` on the release channel: one environment per export build of each
     subdir (aarch64 too: static analysis), each with one registry owner (libexecutorch.so) and
     the quantized kernels registered by libexecutorch_kernels_quantized.so alone; no hazard."""
-    result = splitter("doctor", "--output", str(channel), "--json")
+    result = run_splitter("doctor", "--output", str(channel), "--json")
     assert result.returncode == 0, result.stdout + result.stderr
     data = json.loads(result.stdout)
     assert data["ok"] is True

@@ -34,9 +34,8 @@ if TYPE_CHECKING:
 
 @functools.cache
 def _lief() -> ModuleType:
-    """lief, imported at the first Mach-O file: importing it costs about 50 MB of resident
-    memory (measured: a process importing the CLI, 34 MB without it, 87 MB with it), which a
-    Linux split never needs."""
+    """lief, imported at the first Mach-O file: importing it costs every process tens of MB
+    of resident memory (docs/performance.md), which a Linux split never needs."""
     import lief
 
     lief.logging.disable()  # lief logs parse warnings to stderr; errors surface as None

@@ -322,14 +322,12 @@ def _build_group(
                 plan=plan, builds={p.name: build_string(plan, p) for p in plan.packages} | shared
             )
             variants.append(variant)
-            mine = [p for p in plan.packages if plan is source or p.name not in shared]
+            mine = group.packaged_from(plan)
             scratch = contextlib.ExitStack()
             scratches.enter_context(scratch)  # removed at the latest when the group ends
             work = scratch.enter_context(scratch_dir(sum(p.bytes for p in mine)))
             staged = _stage(plan, work, options, progress, frozenset(p.name for p in mine))
-            write_support(
-                plan, staged, recipe, support_folders(variant, tuple(shared), plan is source)
-            )
+            write_support(plan, staged, recipe, support_folders(variant, mine, tuple(shared)))
             if pending is not None:
                 records |= pending[0].result()
                 pending[1].close()
@@ -346,7 +344,7 @@ def _build_group(
                 progress,
                 only=mine,
                 inputs=group.inputs if plan is source else (),
-                local=False if pipeline else None,
+                local=False,
             )
             pending = (job, scratch)
             if not pipeline:

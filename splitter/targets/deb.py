@@ -43,8 +43,8 @@ from splitter.targets.distro import (
 from splitter.targets.stage import Progress, Staged
 
 SITEDIR = "lib/python3/dist-packages"  # Debian's one directory for every python3
-# gzip -9: deterministic whatever the machine, 7 s for the export package where xz -6 takes
-# 25 s (10.8 MB against 7.8 MB; measured with dpkg-deb 1.21.22 on the 1.5.1 x86_64 wheel).
+# gzip -9: deterministic whatever the machine, and several times faster than xz for a
+# modestly larger export package (docs/performance.md).
 COMPRESSION = ("-Zgzip", "-z9")
 WORKERS = 2  # packages packed at once (dpkg-shlibdeps, md5sums, dpkg-deb)
 
@@ -150,8 +150,8 @@ def write_debs(plan: Plan, build: Path, progress: Progress | None, guard: bool) 
                 progress(f"deb {names[package.name]}", done, len(plan.packages))
             return filename
 
-        # Two at a time, the largest first: the export package's dpkg-deb (7.4 s of the 20 s
-        # build, measured alone) runs beside the other two. Each writes only its own root;
+        # Two at a time, the largest first: the export package's dpkg-deb, most of the build,
+        # runs beside the other two. Each writes only its own root;
         # dpkg-shlibdeps only reads the siblings' libraries and symbols files, written above.
         order = sorted(plan.packages, key=lambda p: -p.bytes)
         with ThreadPoolExecutor(max_workers=WORKERS) as pool:

@@ -44,14 +44,12 @@ class Variant:
         return "py{}{}".format(*self.plan.platform.python)
 
 
-def support_folders(variant: Variant, shared: Sequence[str], source: bool) -> dict[str, str]:
-    """The support folders one wheel writes: the shared packages' (source wheel only) and a
-    `<package>/py3XY` per Python package."""
-    return {
-        p.name: p.name if p.name in shared else f"{p.name}/{variant.tag}"
-        for p in variant.plan.packages
-        if p.name not in shared or source
-    }
+def support_folders(
+    variant: Variant, packages: Sequence[PackagePlan], shared: Sequence[str]
+) -> dict[str, str]:
+    """The support folders one wheel writes for `packages` (those the release builds from
+    it): a shared package's under its name, a Python package's under `<package>/py3XY`."""
+    return {p.name: p.name if p.name in shared else f"{p.name}/{variant.tag}" for p in packages}
 
 
 def render_release_recipe(variants: Sequence[Variant], shared: Sequence[str]) -> str:

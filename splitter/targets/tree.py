@@ -47,8 +47,7 @@ class TreeBuilder:
                     python = "py{}{}".format(*plan.platform.python)
                     names = {
                         p.name: p.name if p.name in group.shared_packages else f"{p.name}-{python}"
-                        for p in plan.packages
-                        if plan is group.source or p.name not in group.shared_packages
+                        for p in group.packaged_from(plan)
                     }
                     _write_trees(
                         plan, build / group.subdir, layout, self.rpath, progress, self.guard, names

@@ -96,11 +96,8 @@ def build_release_wheels(
     with atomic_output(out) as build:
         for group in release.groups:
             for plan in group.plans:
-                shared = plan is group.source
-                packages = [
-                    p for p in plan.packages if shared or p.name not in group.shared_packages
-                ]
-                inputs = group.inputs if shared else ()
+                packages = group.packaged_from(plan)
+                inputs = group.inputs if plan is group.source else ()
                 names += _write_packages(plan, packages, build, progress, guard, inputs)
     return [out / name for name in sorted(names)]
 

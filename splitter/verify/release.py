@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from splitter.verify.install import EXPORT
@@ -27,3 +28,15 @@ def python_of(export: Path) -> str:
     build = export.name.removesuffix(".conda").rsplit("-", 1)[1]
     digits = build[2 : build.index("h")]
     return f"{digits[0]}.{digits[1:]}"
+
+
+def export_environment(out: Path, subdir: str, export: Path, view: Path) -> Path:
+    """A channel at `view` holding one environment of the release channel `out`: the
+    Python-independent packages of `subdir` beside its export build `export` (hard links),
+    with the subdir's repodata; returns `view`."""
+    (view / subdir).mkdir(parents=True)
+    shared = [p for p in sorted((out / subdir).glob("*.conda")) if not p.name.startswith(EXPORT)]
+    for package in [*shared, export]:
+        os.link(package, view / subdir / package.name)
+    (view / subdir / "repodata.json").write_bytes((out / subdir / "repodata.json").read_bytes())
+    return view

@@ -27,7 +27,7 @@ from splitter.verify.consumer import (
 )
 from splitter.verify.install import QUANTIZED, RUNTIME, Installed, install
 from splitter.verify.macos import NEEDS_MACOS, is_macos_output, macos_checks
-from splitter.verify.release import python_of, release_exports
+from splitter.verify.release import export_environment, python_of, release_exports
 
 
 class Status(StrEnum):
@@ -71,7 +71,6 @@ def verify_release(
     here = machine_subdir()
     checks: list[Check] = []
     for subdir, builds in sorted(exports.items()):
-        shared = [p for p in sorted((out / subdir).glob("*.conda")) if p not in builds]
         for export in builds:
             wanted = python_of(export)
             if subdir != here:
@@ -80,13 +79,8 @@ def verify_release(
                 reason = f"needs CPython {wanted}: pass --python with one (given {version})"
             else:
                 with tempfile.TemporaryDirectory(prefix="splitter-release-") as view_name:
-                    view = Path(view_name) / subdir
-                    view.mkdir()
-                    for package in [*shared, export]:
-                        os.link(package, view / package.name)
-                    repodata = (out / subdir / "repodata.json").read_bytes()
-                    (view / "repodata.json").write_bytes(repodata)
-                    checks += verify(view.parent, python, cmakes, jobs, only)
+                    view = export_environment(out, subdir, export, Path(view_name))
+                    checks += verify(view, python, cmakes, jobs, only)
                 continue
             checks.append(skipped("release", "all", reason, f"{subdir}/{export.name}"))
     return checks
