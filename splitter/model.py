@@ -86,6 +86,10 @@ class BinaryInfo:
     registry: Registry
     et_operators: tuple[str, ...]  # operators in its static ExecuTorch Kernel tables
     torch_schemas: tuple[str, ...]  # schema strings it hands to the torch dispatcher
+    # sha256 of the file with its link stamps (ELF GNU build-id; Mach-O LC_UUID and code
+    # signature) set aside, with their places (splitter.binaries.stamps): equal in two wheels
+    # when the file is the same link but for those stamps
+    unstamped_sha256: str = ""
     # Mach-O only: LC_LOAD_WEAK_DYLIB names (also in `needed`; dyld loads on without them)
     weak: tuple[str, ...] = ()
     # False when the file registers kernels from initializer code rather than static tables:

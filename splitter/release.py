@@ -19,11 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from splitter.binaries.elf import build_id_span
-from splitter.binaries.macho import is_macho, stamped_spans
 from splitter.errors import ReleaseError
 from splitter.model import PackagePlan, Plan, Recipe
-from splitter.payload import Payload
 from splitter.plan import make_plan
 
 Progress = Callable[[str, int, int], None]
@@ -36,7 +33,7 @@ class StampedFile:
 
     path: str
     wheels: tuple[str, ...]  # the wheels whose copy differs from the source wheel's there
-    region: str = "GNU build-id"  # Mach-O: "LC_UUID and code signature"
+    region: str  # ELF_STAMPS or MACHO_STAMPS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -142,16 +139,20 @@ def _check_pythons(members: list[Plan]) -> list[str]:
 def _compare_shared(
     members: list[Plan], shared: tuple[str, ...]
 ) -> tuple[tuple[StampedFile, ...], list[str]]:
-    """Compare every file of the shared packages in each wheel with the source wheel's."""
+    """Compare every file of the shared packages in each wheel with the source wheel's: by
+    the RECORD digests the plans verified, and where those differ, for a binary, by the digest
+    its plan recorded with the link stamps set aside (BinaryInfo.unstamped_sha256). Nothing is
+    read again."""
     source, others = members[0], members[1:]
     problems: list[str] = []
     stamped: dict[str, list[str]] = defaultdict(list)
     regions: dict[str, str] = {}
     wanted = sorted(f for name in shared for f in source.package(name).files)
     digests = {e.path: e.sha256 for e in source.wheel.entries}
-    elves = {b.path for b in source.binaries}
+    binaries = {b.path: b for b in source.binaries}
     for other in others:
         theirs = {e.path: e.sha256 for e in other.wheel.entries}
+        their_binaries = {b.path: b for b in other.binaries}
         mine = {f for name in shared for f in other.package(name).files}
         for path in sorted(mine.symmetric_difference(wanted)):
             holder = other if path in mine else source
@@ -160,70 +161,30 @@ def _compare_shared(
                 f"release ({holder.wheel.filename} has it): {path}; "
                 f"wheels {source.wheel.filename} and {other.wheel.filename}"
             )
-        differing = [p for p in wanted if p in theirs and theirs[p] != digests[p]]
-        if not differing:
-            continue
-        with Payload(source.wheel) as left, Payload(other.wheel) as right:
-            for path in differing:
-                mine_bytes, their_bytes = left.read(path), right.read(path)
-                stamp = "build-id"
-                if path in elves and is_macho(mine_bytes):
-                    stamp = MACHO_STAMPS
-                    if _same_but_spans(
-                        mine_bytes,
-                        their_bytes,
-                        stamped_spans(path, mine_bytes),
-                        stamped_spans(path, their_bytes),
-                    ):
-                        stamped[path].append(other.wheel.filename)
-                        regions[path] = MACHO_STAMPS
-                        continue
-                elif path in elves and _same_but_build_id(path, mine_bytes, their_bytes):
-                    stamped[path].append(other.wheel.filename)
-                    continue
-                problems.append(
-                    "a file of a Python-independent package differs between two wheels of a "
-                    f"release beyond its {stamp}: {path}; wheels {source.wheel.filename} and "
-                    f"{other.wheel.filename}\nthe package cannot be shared: rebuild the wheels "
-                    "from one source tree, or split them one at a time"
-                )
+        for path in wanted:
+            if path not in theirs or theirs[path] == digests[path]:
+                continue
+            binary, their_binary = binaries.get(path), their_binaries.get(path)
+            stamp = MACHO_STAMPS if binary is not None and binary.macho else ELF_STAMPS
+            if (
+                binary is not None
+                and their_binary is not None
+                and binary.unstamped_sha256 == their_binary.unstamped_sha256
+            ):
+                stamped[path].append(other.wheel.filename)
+                regions[path] = stamp
+                continue
+            problems.append(
+                "a file of a Python-independent package differs between two wheels of a "
+                f"release beyond its {stamp}: {path}; wheels {source.wheel.filename} and "
+                f"{other.wheel.filename}\nthe package cannot be shared: rebuild the wheels "
+                "from one source tree, or split them one at a time"
+            )
     files = tuple(
-        StampedFile(path=p, wheels=tuple(w), **({"region": regions[p]} if p in regions else {}))
-        for p, w in sorted(stamped.items())
+        StampedFile(path=p, wheels=tuple(w), region=regions[p]) for p, w in sorted(stamped.items())
     )
     return files, problems
 
 
+ELF_STAMPS = "GNU build-id"
 MACHO_STAMPS = "LC_UUID and code signature"
-
-
-def _same_but_spans(
-    left: bytes,
-    right: bytes,
-    left_spans: tuple[tuple[int, int], ...],
-    right_spans: tuple[tuple[int, int], ...],
-) -> bool:
-    """Whether two files are the same bytes once the same stamped spans are set aside in
-    each; the bytes between the spans are compared through memoryviews (no copies)."""
-    if len(left) != len(right) or not left_spans or left_spans != right_spans:
-        return False
-    mine, theirs = memoryview(left), memoryview(right)
-    position = 0
-    for start, size in sorted(left_spans):
-        if mine[position:start] != theirs[position:start]:
-            return False
-        position = max(position, start + size)
-    return mine[position:] == theirs[position:]
-
-
-def _same_but_build_id(path: str, left: bytes, right: bytes) -> bool:
-    """Whether two ELF files are the same bytes once each one's GNU build-id is set aside.
-    Compared through memoryviews: slicing the bytes would copy each library twice more."""
-    if len(left) != len(right):
-        return False
-    spans = build_id_span(path, left), build_id_span(path, right)
-    if spans[0] is None or spans[0] != spans[1]:
-        return False
-    start, size = spans[0]
-    mine, theirs = memoryview(left), memoryview(right)
-    return mine[:start] == theirs[:start] and mine[start + size :] == theirs[start + size :]

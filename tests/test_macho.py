@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import zstandard
-from machotools import check_signature, kernel_table_entries
+from machotools import check_signature, kernel_table_entries, same_but_spans
 
 from splitter.binaries.macho import analyse_macho, is_macho, stamped_spans
 from splitter.binaries.relocate import set_macho_rpaths
@@ -24,7 +24,7 @@ from splitter.errors import BinaryError, ReleaseError, SplitterError
 from splitter.model import BinaryInfo, Plan
 from splitter.plan import make_plan
 from splitter.recipe import load_recipe
-from splitter.release import _same_but_spans, make_release
+from splitter.release import make_release
 from splitter.targets.condameta import conda_depends
 
 pytestmark = pytest.mark.integration
@@ -527,7 +527,7 @@ def test_release_sets_aside_uuid_and_signature_only(
     stamped_only = []
     for name in sorted(n for n in left.namelist() if n.endswith(".dylib") and n.startswith(LIB)):
         a, b = left.read(name), right.read(name)
-        if a != b and _same_but_spans(a, b, stamped_spans(name, a), stamped_spans(name, b)):
+        if a != b and same_but_spans(a, b, stamped_spans(name, a), stamped_spans(name, b)):
             stamped_only.append(name.removeprefix(LIB))
             # the independent check: both copies' signatures hold over their own bytes
             assert check_signature(a) == check_signature(b) == []

@@ -129,7 +129,7 @@ def test_a_file_differing_beyond_its_build_id_is_refused(
             "build", str(cp310), str(changed), "-t", target, "-o", str(out), cwd=cwd
         )
         assert result.returncode == ReleaseError.exit_code, result.stderr
-        assert "beyond its build-id: executorch/lib/libexecutorch.so" in result.stderr
+        assert "beyond its GNU build-id: executorch/lib/libexecutorch.so" in result.stderr
     assert sorted(cwd.iterdir()) == []
 
 

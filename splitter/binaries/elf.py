@@ -21,6 +21,7 @@ from elftools.elf.relocation import RelocationSection
 from elftools.elf.sections import SymbolTableSection
 from elftools.elf.segments import NoteSegment
 
+from splitter.binaries.stamps import Spans, unstamped_digest
 from splitter.binaries.tables import Image, make_image, table_operators
 from splitter.errors import BinaryError
 from splitter.model import BinaryInfo, Registry
@@ -95,6 +96,7 @@ def _analyse(path: str, data: bytes, registrations: bool) -> BinaryInfo:
         registry=registry,
         et_operators=operators,
         torch_schemas=schemas,
+        unstamped_sha256=unstamped_digest(data, _build_id_spans(elf)),
     )
 
 
@@ -159,22 +161,14 @@ def _torch_schemas(elf: ELFFile) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def build_id_span(path: str, data: bytes) -> tuple[int, int] | None:
-    """(offset, length) of the GNU build-id in the ELF file `data`, or None without one. The
-    linker stamps it per link, so two builds of the same code differ there and only there."""
-    try:
-        return _build_id_span(ELFFile(io.BytesIO(data)))
-    except (ELFError, struct.error, ValueError, ArithmeticError, AssertionError) as exc:
-        reason = str(exc) or f"pyelftools {type(exc).__name__}"
-        raise BinaryError(f"cannot read ELF ({reason}): {path}") from exc
-
-
-def _build_id_span(elf: ELFFile) -> tuple[int, int] | None:
+def _build_id_spans(elf: ELFFile) -> Spans:
+    """(offset, length) of the GNU build-id's bytes, or nothing without one: the linker
+    stamps it per link, so two links of the same code differ there and only there."""
     for segment in elf.iter_segments():
         if not isinstance(segment, NoteSegment):
             continue
         for note in segment.iter_notes():
             if note["n_type"] == "NT_GNU_BUILD_ID":
                 name_size = (note["n_namesz"] + 3) & ~3  # the name is padded to 4 bytes
-                return note["n_offset"] + 12 + name_size, note["n_descsz"]
-    return None
+                return ((note["n_offset"] + 12 + name_size, note["n_descsz"]),)
+    return ()

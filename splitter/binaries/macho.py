@@ -15,6 +15,7 @@ import re
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from splitter.binaries.stamps import Spans, unstamped_digest
 from splitter.binaries.tables import make_image, table_operators
 from splitter.errors import BinaryError
 from splitter.model import BinaryInfo, Registry
@@ -120,6 +121,7 @@ def analyse_macho(path: str, data: bytes, registrations: bool = True) -> BinaryI
         torch_schemas=schemas,
         weak=tuple(weak),
         operators_known=known,
+        unstamped_sha256=unstamped_digest(data, _stamped_spans(binary)),
     )
 
 
@@ -152,12 +154,15 @@ def _torch_schemas(binary: lief.MachO.Binary) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def stamped_spans(path: str, data: bytes) -> tuple[tuple[int, int], ...]:
+def stamped_spans(path: str, data: bytes) -> Spans:
     """(offset, length) of what the linker stamps per link in the Mach-O file `data`: the
     LC_UUID and the code signature (its page hashes cover the UUID). Two links of the same
     code differ there and only there."""
+    return _stamped_spans(parse_macho(path, data))
+
+
+def _stamped_spans(binary: lief.MachO.Binary) -> Spans:
     lief = _lief()
-    binary = parse_macho(path, data)
     spans = []
     for command in binary.commands:
         if isinstance(command, lief.MachO.UUIDCommand):
