@@ -18,8 +18,7 @@ from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 from elftools.elf.hash import GNUHashSection
 from elftools.elf.relocation import RelocationSection
-from elftools.elf.sections import SymbolTableSection
-from elftools.elf.segments import NoteSegment
+from elftools.elf.sections import NoteSection, Section, SymbolTableSection
 
 from splitter.binaries.stamps import Spans, unstamped_digest
 from splitter.binaries.tables import Image, make_image, table_operators
@@ -32,6 +31,8 @@ TORCH_DEF = b"_ZNR5torch7Library4_def"
 SCHEMA = re.compile(rb"([a-z_][a-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)\([^\x00]*\) -> [^\x00]+\x00")
 # (relative, absolute-with-symbol) relocation types per machine
 RELOC_TYPES = {"EM_X86_64": (8, 1), "EM_AARCH64": (1027, 257)}
+PROGRAM_HEADER = struct.Struct("<IIQQQQQQ")  # Elf64_Phdr, little-endian
+PT_LOAD = 1
 
 
 def is_elf(data: bytes) -> bool:
@@ -56,7 +57,13 @@ def _analyse(path: str, data: bytes, registrations: bool) -> BinaryInfo:
     elf = ELFFile(io.BytesIO(data))
     machine = elf.header["e_machine"]
     soname, needed, runpath, rpath = "", [], [], []
-    dynamic = next((s for s in elf.iter_sections() if isinstance(s, DynamicSection)), None)
+    # Each section parsed once: pyelftools parses the section headers again on every
+    # iter_sections and name lookup, which was most of the analysis's time.
+    sections = list(elf.iter_sections())
+    named: dict[str, Section] = {}
+    for section in sections:
+        named.setdefault(section.name, section)
+    dynamic = next((s for s in sections if isinstance(s, DynamicSection)), None)
     if dynamic is None:
         raise BinaryError(
             f"ELF file has no dynamic section (static binaries are not supported): {path}"
@@ -79,13 +86,13 @@ def _analyse(path: str, data: bytes, registrations: bool) -> BinaryInfo:
     operators: tuple[str, ...] = ()
     schemas: tuple[str, ...] = ()
     if registrations:
-        dynstr = elf.get_section_by_name(".dynstr")
+        dynstr = named.get(".dynstr")
         strtab = dynstr.data() if dynstr is not None else b""
-        registry = _registry_role(elf, strtab)
+        registry = _registry_role(named, strtab)
         if registry and elf.elfclass == 64 and elf.little_endian:
-            operators = _kernel_operators(elf, data, machine)
+            operators = _kernel_operators(elf, sections, data, machine)
         if TORCH_DEF in strtab:
-            schemas = _torch_schemas(elf)
+            schemas = _torch_schemas(named)
     return BinaryInfo(
         path=path,
         machine=machine,
@@ -96,22 +103,22 @@ def _analyse(path: str, data: bytes, registrations: bool) -> BinaryInfo:
         registry=registry,
         et_operators=operators,
         torch_schemas=schemas,
-        unstamped_sha256=unstamped_digest(data, _build_id_spans(elf)),
+        unstamped_sha256=unstamped_digest(data, _build_id_spans(sections)),
     )
 
 
-def _registry_role(elf: ELFFile, strtab: bytes) -> Registry:
+def _registry_role(named: dict[str, Section], strtab: bytes) -> Registry:
     """Whether the file defines register_kernels (owns a registry) or imports it (uses one)."""
     if REGISTER_KERNELS not in strtab:
         return Registry.NONE
     # The GNU hash table holds exactly the defined dynamic symbols: one hashed lookup instead
     # of pyelftools indexing every dynamic symbol by name.
-    table = elf.get_section_by_name(".gnu.hash")
+    table = named.get(".gnu.hash")
     if isinstance(table, GNUHashSection):
         found = table.get_symbol(REGISTER_KERNELS.decode())
         defined = found is not None and found["st_shndx"] != "SHN_UNDEF"
         return Registry.OWNS if defined else Registry.USES
-    symbols = elf.get_section_by_name(".dynsym")
+    symbols = named.get(".dynsym")
     if not isinstance(symbols, SymbolTableSection):
         return Registry.NONE
     for symbol in symbols.get_symbol_by_name(REGISTER_KERNELS.decode()) or ():
@@ -121,20 +128,26 @@ def _registry_role(elf: ELFFile, strtab: bytes) -> Registry:
 
 
 def _image(elf: ELFFile, data: bytes) -> Image:
-    loads = [
-        (seg["p_vaddr"], seg["p_filesz"], seg["p_offset"], bool(seg["p_flags"] & 1))
-        for seg in elf.iter_segments()
-        if seg["p_type"] == "PT_LOAD"
-    ]
+    """The loaded image of a 64-bit little-endian ELF file, from its PT_LOAD program
+    headers, unpacked here with struct (pyelftools' segments cost more than the scan)."""
+    header = elf.header
+    if header["e_phentsize"] != PROGRAM_HEADER.size:
+        raise ELFError(f"unexpected program header size {header['e_phentsize']}")
+    loads = []
+    for index in range(header["e_phnum"]):
+        start = header["e_phoff"] + index * PROGRAM_HEADER.size
+        kind, flags, offset, vaddr, _, filesz, _, _ = PROGRAM_HEADER.unpack_from(data, start)
+        if kind == PT_LOAD:
+            loads.append((vaddr, filesz, offset, bool(flags & 1)))
     return make_image(data, loads)
 
 
-def _relocations(elf: ELFFile, machine: str) -> tuple[dict[int, int], set[int]]:
+def _relocations(sections: list[Section], machine: str) -> tuple[dict[int, int], set[int]]:
     """Map offset -> target address for relative relocations, and offsets of symbolic ones."""
     relative_type, absolute_type = RELOC_TYPES.get(machine, (None, None))
     targets: dict[int, int] = {}
     symbolic: set[int] = set()
-    for section in elf.iter_sections():
+    for section in sections:
         if not isinstance(section, RelocationSection) or not section.is_RELA():
             continue
         # Bulk decode: pyelftools builds one Python object per entry, which dominates on
@@ -148,26 +161,30 @@ def _relocations(elf: ELFFile, machine: str) -> tuple[dict[int, int], set[int]]:
     return targets, symbolic
 
 
-def _kernel_operators(elf: ELFFile, data: bytes, machine: str) -> tuple[str, ...]:
-    targets, symbolic = _relocations(elf, machine)
+def _kernel_operators(
+    elf: ELFFile, sections: list[Section], data: bytes, machine: str
+) -> tuple[str, ...]:
+    targets, symbolic = _relocations(sections, machine)
     return tuple(sorted(table_operators(_image(elf, data), targets, symbolic)))
 
 
-def _torch_schemas(elf: ELFFile) -> tuple[str, ...]:
-    rodata = elf.get_section_by_name(".rodata")
+def _torch_schemas(named: dict[str, Section]) -> tuple[str, ...]:
+    rodata = named.get(".rodata")
     if rodata is None:
         return ()
     names = {m.group(1).decode() for m in SCHEMA.finditer(rodata.data())}
     return tuple(sorted(names))
 
 
-def _build_id_spans(elf: ELFFile) -> Spans:
+def _build_id_spans(sections: list[Section]) -> Spans:
     """(offset, length) of the GNU build-id's bytes, or nothing without one: the linker
-    stamps it per link, so two links of the same code differ there and only there."""
-    for segment in elf.iter_segments():
-        if not isinstance(segment, NoteSegment):
+    stamps it per link, so two links of the same code differ there and only there. Read
+    from the note sections (pyelftools builds a PT_DYNAMIC segment by walking every section
+    again, so the segments cost more than the sections already parsed)."""
+    for section in sections:
+        if not isinstance(section, NoteSection):
             continue
-        for note in segment.iter_notes():
+        for note in section.iter_notes():
             if note["n_type"] == "NT_GNU_BUILD_ID":
                 name_size = (note["n_namesz"] + 3) & ~3  # the name is padded to 4 bytes
                 return ((note["n_offset"] + 12 + name_size, note["n_descsz"]),)
