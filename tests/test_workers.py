@@ -39,6 +39,20 @@ def test_the_calling_process_takes_jobs_while_the_workers_are_busy() -> None:
     assert [index for index, _ in answered] == [1, 2, 0]
 
 
+def test_a_worker_that_finishes_gets_the_next_job_before_the_build_takes_one() -> None:
+    """Jobs of equal length, one worker and the build: the worker, done with its first job
+    while the build works on the second, takes the third, so each does about half. (Looking
+    at the workers only once the build had nothing left to take gave the worker one job.)"""
+    workers = Workers(1, warm=("json",))
+    try:
+        done = dict(workers.run(_slow_pid, [0.3] * 6, local=True))
+    finally:
+        workers.close()
+    worker_jobs = sum(pid != os.getpid() for pid in done.values())
+    assert sorted(done) == list(range(6))
+    assert 2 <= worker_jobs <= 4, done
+
+
 def test_no_worker_means_the_build_does_everything() -> None:
     workers = Workers(0, warm=("json",))
     assert set(dict(workers.run(_pid, [0, 1, 2], local=True)).values()) == {os.getpid()}

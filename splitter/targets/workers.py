@@ -73,11 +73,15 @@ class Workers:
                     _send(_pipe(worker.stdin), (function, argument))
                     busy[worker.pid] = index
                     selector.register(_pipe(worker.stdout), selectors.EVENT_READ, worker)
-                if local and todo:
+                # A worker that finished gets the next argument before the caller takes
+                # one: the caller's call blocks this loop, so looking only afterwards would
+                # leave the worker idle for all the arguments the caller works through.
+                ready = selector.select(timeout=0 if local and todo else None)
+                if not ready:
                     index, argument = todo.pop(0)
                     yield index, function(argument)
                     continue
-                for key, _ in selector.select():
+                for key, _ in ready:
                     worker = key.data
                     selector.unregister(key.fileobj)
                     answer = _receive(_pipe(worker.stdout))
