@@ -290,7 +290,11 @@ def build(
 def verify_command(
     out_dir: Annotated[Path, typer.Argument(help="A `splitter build` output directory.")],
     python: Annotated[
-        Path | None, typer.Option(help="Interpreter with torch, for the extension checks.")
+        list[Path] | None,
+        typer.Option(
+            help="Interpreter with torch, for the extension checks (repeatable: a release is "
+            "checked for each Python given, else for each found on PATH as python3.X)."
+        ),
     ] = None,
     cmake: Annotated[
         list[Path] | None, typer.Option(help="CMake executable to test with (repeatable).")
@@ -310,7 +314,7 @@ def verify_command(
 
     system_cmake = shutil.which("cmake")
     cmakes = list(cmake or ([Path(system_cmake)] if system_cmake else []))
-    checks = run_verify(out_dir, python, cmakes, jobs, tuple(only) if only else CHECKS)
+    checks = run_verify(out_dir, python or [], cmakes, jobs, tuple(only) if only else CHECKS)
     failed = [c for c in checks if c.status is Status.FAIL]
     if as_json:
         print(

@@ -318,7 +318,7 @@ def test_release_of_two_pythons_is_refused(real_plan: Plan, tmp_path: Path) -> N
 def test_verify_installs_the_debs_and_runs_the_checks(debs: Path) -> None:
     from splitter.verify.run import Status, verify
 
-    checks = verify(debs, None, [cmake_executable("3.28")], 2, ("co-load", "cmake", "relocation"))
+    checks = verify(debs, [], [cmake_executable("3.28")], 2, ("co-load", "cmake", "relocation"))
     assert [c for c in checks if c.status is Status.FAIL] == []
     by_check = {c.check: c for c in checks}
     assert by_check["model (C++)"].status is Status.PASS

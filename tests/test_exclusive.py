@@ -238,7 +238,7 @@ def test_verify_dup_conda_cli(outputs: dict[str, dict[str, Path]]) -> None:
 
 
 def test_verify_real_wheel_output(outputs: dict[str, dict[str, Path]]) -> None:
-    checks = verify(outputs["real"]["wheel"], torch_python(), [cmake_executable("3.24")])
+    checks = verify(outputs["real"]["wheel"], [torch_python()], [cmake_executable("3.24")])
     coload = [c for c in checks if c.check == "co-load"]
     assert len(coload) >= 2 * 55  # 11 files: 8 libraries, _C, 2 plugins
     assert all(c.outcome == "coexist" for c in coload)

@@ -348,7 +348,7 @@ def test_verify_runs_what_this_machine_can_and_says_what_it_skipped(channel: Pat
     interpreter given), and each other export is a skipped row naming what it needs."""
     from splitter.verify.run import Status, verify
 
-    checks = verify(channel, torch_python(), [cmake_executable("3.28")], 2, ("cmake", "python"))
+    checks = verify(channel, [torch_python()], [cmake_executable("3.28")], 2, ("cmake", "python"))
     ran = [c for c in checks if c.check != "release"]
     assert ran and all(c.status is Status.PASS for c in ran), ran
     assert {c.check for c in ran} >= {"model (C++)", "model (Python)"}
@@ -357,6 +357,60 @@ def test_verify_runs_what_this_machine_can_and_says_what_it_skipped(channel: Pat
     assert len(skipped) == 9
     assert sum("needs CPython 3.1" in d for d in skipped.values()) == 4
     assert sum("another machine" in d for d in skipped.values()) == 5
+
+
+def _runs_as(interpreter: str) -> str | None:
+    """The CPython version `interpreter` runs as, asked of it directly; None if it does not."""
+    result = subprocess.run(
+        [interpreter, "-c", "import platform; print(platform.python_version())"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return ".".join(result.stdout.split(".")[:2]) if result.returncode == 0 else None
+
+
+def test_verify_checks_each_python_it_finds(channel: Path) -> None:
+    """Without --python, `verify` checks each linux-64 export whose CPython runs here: this
+    interpreter's and every python3.X on PATH (pyenv shims of versions not installed do not
+    run); the others are skipped rows saying no such interpreter was found. The CLI, --json."""
+    expected = {_runs_as(sys.executable)}
+    expected |= {_runs_as(p) for v in PYTHONS if (p := shutil.which(f"python{v}"))}
+    expected.discard(None)
+    result = run_splitter("verify", str(channel), "--only", "python", "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    checks = json.loads(result.stdout)["checks"]
+    ran = [c for c in checks if c["check"] == "model (Python)"]
+    assert {_runs_as(c["subject"]) for c in ran} == expected
+    assert len(ran) == len(expected)
+    skipped = [c for c in checks if c["check"] == "release"]
+    assert len(skipped) == 10 - len(expected)
+    for row in skipped:
+        if row["subject"].startswith("linux-64/"):
+            assert "on PATH" in row["detail"], row
+
+
+def test_verify_runs_each_python_given(channel: Path) -> None:
+    """--python twice: the cp311 export with the torch venv (the model runs, identical output)
+    and another CPython's export with that interpreter (no torch there: a skipped row naming
+    it). An interpreter that does not run is an error naming it."""
+    from splitter.verify.run import Status, verify
+
+    pyenv = Path(os.environ.get("PYENV_ROOT", "/root/.pyenv")) / "versions"
+    candidates = [shutil.which(f"python{v}") for v in PYTHONS if v != "3.11"]
+    candidates += [str(p) for p in sorted(pyenv.glob("3.1[02-9]*/bin/python3.1*"))]
+    other = next((p for p in candidates if p and _runs_as(p) not in (None, "3.11")), None)
+    if other is None:
+        pytest.skip("no CPython but 3.11 runs here (on PATH or in pyenv's versions)")
+    checks = verify(channel, [torch_python(), Path(other)], [], 2, ("python",))
+    by_subject = {c.subject: c for c in checks if c.check == "model (Python)"}
+    assert by_subject[str(torch_python())].status is Status.PASS
+    assert by_subject[other].status is Status.SKIP
+    assert "cannot import it" in by_subject[other].detail
+    assert sum(c.check == "release" for c in checks) == 8
+    result = run_splitter("verify", str(channel), "--python", "/nonexistent/python3")
+    assert result.returncode != 0
+    assert "--python /nonexistent/python3 does not run" in result.stderr
 
 
 def test_trees(release_wheels: dict[str, list[Path]], tmp_path: Path) -> None:

@@ -215,7 +215,7 @@ def test_missing_rpmbuild_names_the_debian_package(
 def test_verify_installs_the_rpms_and_runs_the_checks(rpms: Path) -> None:
     from splitter.verify.run import Status, verify
 
-    checks = verify(rpms, None, [cmake_executable("3.28")], 2, ("co-load", "cmake", "relocation"))
+    checks = verify(rpms, [], [cmake_executable("3.28")], 2, ("co-load", "cmake", "relocation"))
     assert [c for c in checks if c.status is Status.FAIL] == []
     by_check = {c.check: c for c in checks}
     assert by_check["model (C++)"].status is Status.PASS

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -53,37 +53,77 @@ class Check:
 def verify_release(
     out: Path,
     exports: dict[str, list[Path]],
-    python: Path | None,
+    pythons: Sequence[Path],
     cmakes: list[Path],
     jobs: int,
     only: tuple[str, ...],
 ) -> list[Check]:
-    """The checks once per export build of this machine's subdir whose CPython is the
-    interpreter's (`python`, else this one), each installed beside its subdir's shared
-    packages; every other export build is a skipped row saying what it needs."""
-    interpreter = python or Path(sys.executable)
-    version = subprocess.run(
-        [str(interpreter), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    """The checks once per export build of this machine's subdir for which there is a
+    CPython of its version, each installed beside its subdir's shared packages; every other
+    export build is a skipped row saying what it needs. The interpreters are `pythons`, else
+    the ones found: this one and `python3.X` on PATH for each X the channel has."""
+    wanted = sorted({python_of(e) for builds in exports.values() for e in builds})
+    found = interpreters(pythons, wanted)
     here = machine_subdir()
     checks: list[Check] = []
     for subdir, builds in sorted(exports.items()):
         for export in builds:
-            wanted = python_of(export)
+            version = python_of(export)
             if subdir != here:
                 reason = f"{subdir} packages run on another machine (this is {here or 'neither'})"
-            elif wanted != version:
-                reason = f"needs CPython {wanted}: pass --python with one (given {version})"
+            elif version not in found:
+                have = ", ".join(sorted(found)) or "none"
+                reason = (
+                    f"needs CPython {version}: pass --python with one (given {have})"
+                    if pythons
+                    else f"needs CPython {version}: no python{version} on PATH (found {have}); "
+                    "pass --python with one"
+                )
             else:
                 with tempfile.TemporaryDirectory(prefix="splitter-release-") as view_name:
                     view = export_environment(out, subdir, export, Path(view_name))
-                    checks += verify(view, python, cmakes, jobs, only)
+                    checks += verify(view, [found[version]], cmakes, jobs, only)
                 continue
             checks.append(skipped("release", "all", reason, f"{subdir}/{export.name}"))
     return checks
+
+
+def interpreters(given: Sequence[Path], wanted: list[str]) -> dict[str, Path]:
+    """CPython version ("3.11") -> an interpreter of it: the `given` ones (each must run),
+    else this interpreter and each `python3.X` of `wanted` found on PATH that runs (a pyenv
+    shim for a version not installed does not)."""
+    found: dict[str, Path] = {}
+    if given:
+        for interpreter in given:
+            version = _python_version(interpreter)
+            if version is None:
+                raise SplitterError(
+                    f"--python {interpreter} does not run as a Python interpreter: pass the "
+                    "path of a python executable"
+                )
+            found.setdefault(version, interpreter)
+        return found
+    candidates = [Path(sys.executable)]
+    candidates += [Path(p) for v in wanted if (p := shutil.which(f"python{v}"))]
+    for interpreter in candidates:
+        version = _python_version(interpreter)
+        if version is not None:
+            found.setdefault(version, interpreter)
+    return found
+
+
+def _python_version(interpreter: Path) -> str | None:
+    try:
+        result = subprocess.run(
+            [str(interpreter), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except OSError:
+        return None
+    version = result.stdout.strip()
+    return version if result.returncode == 0 and version else None
 
 
 def torch_available(python: Path) -> bool:
@@ -97,21 +137,22 @@ CHECKS = ("co-load", "cmake", "relocation", "python")
 
 def verify(
     out: Path,
-    python: Path | None,
+    pythons: Sequence[Path],
     cmakes: list[Path],
     jobs: int = 2,
     only: tuple[str, ...] = CHECKS,
 ) -> list[Check]:
-    """Install `out` in scratch space and run the checks; nothing is written to `out`. A
-    release's channel is verified once per export build this machine can run (see
-    verify_release)."""
+    """Install `out` in scratch space and run the checks; nothing is written to `out`. The
+    Python checks use the first of `pythons` (default: this interpreter). A release's channel
+    is verified once per export build this machine can run, with an interpreter of its
+    Python from `pythons` or found on PATH (see verify_release)."""
     unknown = sorted(set(only) - set(CHECKS))
     if unknown:
         raise SplitterError(f"unknown check {unknown[0]!r}: choose from {', '.join(CHECKS)}")
     exports = release_exports(out)
     if exports is not None:
-        return verify_release(out, exports, python, cmakes, jobs, only)
-    python = python or Path(sys.executable)
+        return verify_release(out, exports, pythons, cmakes, jobs, only)
+    python = pythons[0] if pythons else Path(sys.executable)
     torch_python = python if torch_available(python) else None
     checks: list[Check] = []
     with tempfile.TemporaryDirectory(prefix="splitter-verify-") as scratch_name:
@@ -143,7 +184,7 @@ def verify(
         if "relocation" in only:
             checks.append(relocation_check(full, cmakes, scratch))
         if "python" in only:
-            checks.append(python_check(full, torch_python))
+            checks.append(python_check(full, python, torch_python))
     return checks
 
 
@@ -306,16 +347,18 @@ def skipped(check: str, expected: str, reason: str, subject: str = "-") -> Check
     )
 
 
-def python_check(full: Installed, torch_python: Path | None) -> Check:
-    """executorch.runtime from the installed export side gives the shipped output."""
+def python_check(full: Installed, python: Path, torch_python: Path | None) -> Check:
+    """executorch.runtime from the installed export side gives the shipped output, run by
+    `torch_python` (`python` when it imports torch, else None: skipped)."""
     if full.sitedir is None or not (full.sitedir / "executorch" / "runtime").exists():
         return skipped("model (Python)", "identical output", "the export package is not built")
     if torch_python is None:
         return skipped(
             "model (Python)",
             "identical output",
-            "needs torch: pass --python with an interpreter that imports the torch the export "
-            "package requires",
+            f"needs torch: {python} cannot import it; pass --python with an interpreter that "
+            "imports the torch the export package requires",
+            str(python),
         )
     library_path = full.libdir if full.kind in ("deb", "rpm") else None
     run = run_model_python(torch_python, full.sitedir, library_path)
