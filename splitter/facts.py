@@ -27,6 +27,15 @@ def machine_subdir() -> str:
     return SUBDIRS.get(os.uname().machine, "")
 
 
+def subdir_of_tag(tag: str) -> str:
+    """The conda subdir of a wheel platform tag ("" when splitter builds for none)."""
+    macos = MACOS_TAG.fullmatch(tag)
+    if macos is not None:
+        return MACOS_SUBDIRS.get(macos.group(3), "")
+    machine = next((m for m in SUBDIRS if tag.startswith("manylinux") and tag.endswith(m)), "")
+    return SUBDIRS.get(machine, "")
+
+
 def decide_platform(wheel: WheelInfo) -> Platform:
     """The platform a wheel's tags name; refuses tags there is no conda subdir for."""
     tag = wheel.platform_tag

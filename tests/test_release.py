@@ -341,6 +341,17 @@ def test_wheelhouse(release_wheels: dict[str, list[Path]], tmp_path: Path) -> No
     )
     assert python.returncode == 0, python.stderr.decode()
     assert python.stdout == expected_output()
+    # verify on the wheelhouse: one environment per export wheel; the x86_64 cp311 one runs
+    # (the Python model with torch), the other nine are skipped rows saying why.
+    from splitter.verify.run import Status, verify
+
+    checks = verify(out, [torch_python()], [], 2, ("python",))
+    ran = [c for c in checks if c.check != "release"]
+    assert [(c.check, c.status) for c in ran] == [("model (Python)", Status.PASS)]
+    reasons = [c.detail for c in checks if c.check == "release"]
+    assert len(reasons) == 9
+    assert sum("another machine" in r for r in reasons) == 5
+    assert sum("needs CPython 3.1" in r for r in reasons) == 4
 
 
 def test_verify_runs_what_this_machine_can_and_says_what_it_skipped(channel: Path) -> None:
@@ -386,7 +397,7 @@ def test_verify_checks_each_python_it_finds(channel: Path) -> None:
     skipped = [c for c in checks if c["check"] == "release"]
     assert len(skipped) == 10 - len(expected)
     for row in skipped:
-        if row["subject"].startswith("linux-64/"):
+        if row["subject"].startswith("linux-64,"):
             assert "on PATH" in row["detail"], row
 
 
@@ -434,6 +445,26 @@ def test_trees(release_wheels: dict[str, list[Path]], tmp_path: Path) -> None:
         )
     runtime = json.loads((out / "linux-64" / "executorch-runtime.json").read_text())
     assert runtime["input"]["filename"] == release_wheels["linux-64"][0].name  # cp310's
+    # verify on the trees: the cp311 export tree beside the shared ones runs the model (C++ on
+    # CMake 3.28, and Python with torch); the other four exports are skipped rows.
+    from splitter.verify.run import Status, verify
+
+    checks = verify(out, [torch_python()], [cmake_executable("3.28")], 2, ("cmake", "python"))
+    ran = [c for c in checks if c.check != "release"]
+    assert ran and all(c.status is Status.PASS for c in ran), ran
+    assert {c.check for c in ran} >= {"model (C++)", "model (Python)"}
+    skipped = [c for c in checks if c.check == "release"]
+    assert len(skipped) == 4 and all("needs CPython 3.1" in c.detail for c in skipped)
+    # doctor --output on the trees: each environment holds its own export's site-packages
+    # (the export trees are named per Python: they were once left out of the environment).
+    result = run_splitter("doctor", "--output", str(out), "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    environments = json.loads(result.stdout)["environments"]
+    assert len(environments) == len(PYTHONS)
+    for environment, python in zip(environments, PYTHONS, strict=True):
+        assert environment["target"].endswith(f"executorch-export-py{python.replace('.', '')}")
+        paths = [lib["path"] for lib in environment["libraries"]]
+        assert any(p.startswith(f"lib/python{python}/site-packages/") for p in paths), paths
 
 
 def test_doctor_diagnoses_each_environment_of_the_release(channel: Path) -> None:

@@ -206,12 +206,15 @@ def _tree(out: Path, scratch: Path, only: tuple[str, ...] | None) -> Installed:
     prefix = scratch / "prefix"
     names, verdicts = [], []
     for manifest in sorted(out.glob("*.json")):
+        # A tree is named by its manifest, beside it: the package's name, or in a release's
+        # trees, executorch-export-py3XY for each export's.
+        tree = manifest.name.removesuffix(".json")
         data = json.loads(manifest.read_text())
-        if only is not None and data["name"] not in only:
+        if only is not None and tree not in only and data["name"] not in only:
             continue
         names.append(data["name"])
         verdicts += data.get("process_exclusive", [])
-        staged = out / data["name"] / data["prefix"].strip("/")
+        staged = out / tree / data["prefix"].strip("/")
         shutil.copytree(staged, prefix, dirs_exist_ok=True, symlinks=True)
     site = next(iter(sorted(prefix.glob("lib/python*/site-packages"))), None)
     site = site or next(iter(sorted(prefix.glob("lib/python3/dist-packages"))), None)

@@ -27,7 +27,7 @@ from splitter.verify.consumer import (
 )
 from splitter.verify.install import QUANTIZED, RUNTIME, Installed, install
 from splitter.verify.macos import NEEDS_MACOS, is_macos_output, macos_checks
-from splitter.verify.release import export_environment, python_of, release_exports
+from splitter.verify.release import Environment, release_environments
 
 
 class Status(StrEnum):
@@ -51,40 +51,41 @@ class Check:
 
 
 def verify_release(
-    out: Path,
-    exports: dict[str, list[Path]],
+    environments: list[Environment],
     pythons: Sequence[Path],
     cmakes: list[Path],
     jobs: int,
     only: tuple[str, ...],
 ) -> list[Check]:
-    """The checks once per export build of this machine's subdir for which there is a
-    CPython of its version, each installed beside its subdir's shared packages; every other
-    export build is a skipped row saying what it needs. The interpreters are `pythons`, else
-    the ones found: this one and `python3.X` on PATH for each X the channel has."""
-    wanted = sorted({python_of(e) for builds in exports.values() for e in builds})
-    found = interpreters(pythons, wanted)
+    """The checks once per environment of a release's output (its shared packages beside one
+    export) that this machine can run and for which there is a CPython of its export's
+    version; every other environment is a skipped row saying what it needs. The interpreters
+    are `pythons`, else the ones found: this one and `python3.X` on PATH for each X the
+    release has."""
+    found = interpreters(pythons, sorted({e.python for e in environments}))
     here = machine_subdir()
     checks: list[Check] = []
-    for subdir, builds in sorted(exports.items()):
-        for export in builds:
-            version = python_of(export)
-            if subdir != here:
-                reason = f"{subdir} packages run on another machine (this is {here or 'neither'})"
-            elif version not in found:
-                have = ", ".join(sorted(found)) or "none"
-                reason = (
-                    f"needs CPython {version}: pass --python with one (given {have})"
-                    if pythons
-                    else f"needs CPython {version}: no python{version} on PATH (found {have}); "
-                    "pass --python with one"
-                )
-            else:
-                with tempfile.TemporaryDirectory(prefix="splitter-release-") as view_name:
-                    view = export_environment(out, subdir, export, Path(view_name))
-                    checks += verify(view, [found[version]], cmakes, jobs, only)
-                continue
-            checks.append(skipped("release", "all", reason, f"{subdir}/{export.name}"))
+    for environment in environments:
+        version = environment.python
+        if environment.subdir != here:
+            reason = (
+                f"{environment.subdir} packages run on another machine "
+                f"(this is {here or 'neither'})"
+            )
+        elif version not in found:
+            have = ", ".join(sorted(found)) or "none"
+            reason = (
+                f"needs CPython {version}: pass --python with one (given {have})"
+                if pythons
+                else f"needs CPython {version}: no python{version} on PATH (found {have}); "
+                "pass --python with one"
+            )
+        else:
+            checks += _verify(
+                environment.source, environment.packages, [found[version]], cmakes, jobs, only
+            )
+            continue
+        checks.append(skipped("release", "all", reason, environment.label))
     return checks
 
 
@@ -143,21 +144,35 @@ def verify(
     only: tuple[str, ...] = CHECKS,
 ) -> list[Check]:
     """Install `out` in scratch space and run the checks; nothing is written to `out`. The
-    Python checks use the first of `pythons` (default: this interpreter). A release's channel
-    is verified once per export build this machine can run, with an interpreter of its
-    Python from `pythons` or found on PATH (see verify_release)."""
+    Python checks use the first of `pythons` (default: this interpreter). A release's output
+    (channel, wheelhouse or trees) is verified once per environment this machine can run,
+    with an interpreter of its export's Python from `pythons` or found on PATH (see
+    verify_release)."""
     unknown = sorted(set(only) - set(CHECKS))
     if unknown:
         raise SplitterError(f"unknown check {unknown[0]!r}: choose from {', '.join(CHECKS)}")
-    exports = release_exports(out)
-    if exports is not None:
-        return verify_release(out, exports, pythons, cmakes, jobs, only)
+    with tempfile.TemporaryDirectory(prefix="splitter-release-") as views:
+        environments = release_environments(out, Path(views))
+        if environments is not None:
+            return verify_release(environments, pythons, cmakes, jobs, only)
+    return _verify(out, None, pythons, cmakes, jobs, only)
+
+
+def _verify(
+    out: Path,
+    packages: tuple[str, ...] | None,
+    pythons: Sequence[Path],
+    cmakes: list[Path],
+    jobs: int,
+    only: tuple[str, ...],
+) -> list[Check]:
+    """The checks on `out` installed (all its packages, or `packages`)."""
     python = pythons[0] if pythons else Path(sys.executable)
     torch_python = python if torch_available(python) else None
     checks: list[Check] = []
     with tempfile.TemporaryDirectory(prefix="splitter-verify-") as scratch_name:
         scratch = Path(scratch_name)
-        full = install(out, scratch / "full")
+        full = install(out, scratch / "full", packages)
         if is_macos_output(full):
             return _macos(full, cmakes, only)
         items = coload_items(full.libdir, full.sitedir) if "co-load" in only else []
