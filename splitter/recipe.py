@@ -26,6 +26,10 @@ from splitter.recipetext import Source, check_keys, not_toml
 
 DEFAULT_RECIPE = "executorch.toml"
 SCHEMAS = (1,)  # the `[recipe] schema` versions this loader reads
+# A package name conda and pip both accept as written (lowercase: conda's names are).
+PACKAGE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
+# A CMake component name that is also a valid part of a variable and target name.
+COMPONENT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
 
 def default_recipe_path() -> Path:
@@ -91,6 +95,14 @@ def _strings(source: Source, value: Any, where: str) -> tuple[str, ...]:
     return tuple(items)
 
 
+def _string_map(source: Source, value: Any, where: str) -> dict[str, str]:
+    """A free-form table whose values must be strings (a name or a match spec each)."""
+    table = _typed(source, value, dict, where)
+    for key, item in table.items():
+        _typed(source, item, str, f"{where}.{key}")
+    return dict(table)
+
+
 def _build(source: Source, doc: dict[str, Any]) -> Recipe:
     head = _get(source, doc, "recipe", dict, "")
     project = _get(source, head, "project", str, "recipe")
@@ -113,6 +125,13 @@ def _build(source: Source, doc: dict[str, Any]) -> Recipe:
     for name, table in _get(source, doc, "packages", dict, "").items():
         where = f"packages.{name}"
         _typed(source, table, dict, where)
+        if not PACKAGE_NAME.fullmatch(name):
+            raise source.error(
+                where,
+                f"not a package name: '{name}'",
+                "use lowercase letters, digits and '-', '_' or '.' (conda's and pip's names), "
+                "starting with a letter or digit",
+            )
         packages.append(
             PackageSpec(
                 name=name,
@@ -149,6 +168,13 @@ def _build(source: Source, doc: dict[str, Any]) -> Recipe:
     for name, table in _get(source, doc, "components", dict, "").items():
         where = f"components.{name}"
         _typed(source, table, dict, where)
+        if not COMPONENT_NAME.fullmatch(name):
+            raise source.error(
+                where,
+                f"not a CMake component name: '{name}'",
+                "use letters, digits and '_', starting with a letter: it names the CMake "
+                "component (find_package(executorch COMPONENTS ...)) and its variables",
+            )
         components.append(
             Component(
                 name=name,
@@ -180,12 +206,9 @@ def _build(source: Source, doc: dict[str, Any]) -> Recipe:
 
     system = _typed(source, doc.get("system", {}), dict, "system")
     system_sonames = _strings(source, system.get("sonames", []), "system.sonames")
-    conda_system = _typed(source, system.get("conda", {}), dict, "system.conda")
-    conda_names = _typed(
-        source,
-        _typed(source, doc.get("conda", {}), dict, "conda").get("names", {}),
-        dict,
-        "conda.names",
+    conda_system = _string_map(source, system.get("conda", {}), "system.conda")
+    conda_names = _string_map(
+        source, _typed(source, doc.get("conda", {}), dict, "conda").get("names", {}), "conda.names"
     )
 
     exclusive = []
@@ -213,8 +236,8 @@ def _build(source: Source, doc: dict[str, Any]) -> Recipe:
         components=tuple(components),
         externals=tuple(externals),
         system_sonames=system_sonames,
-        conda_system=tuple(sorted((k, str(v)) for k, v in conda_system.items())),
-        conda_names=tuple(sorted((k, str(v)) for k, v in conda_names.items())),
+        conda_system=tuple(sorted(conda_system.items())),
+        conda_names=tuple(sorted(conda_names.items())),
         exclusive=tuple(exclusive),
         deb=_distro(source, doc, "deb", "revision", names),
         rpm=_distro(source, doc, "rpm", "release", names),

@@ -249,6 +249,33 @@ CASES = [
     ],
     pytest.param(
         BadRecipe(
+            change=edit("\netdump = {", '\n"etdump lib" = {'),
+            what="not a CMake component name: 'etdump lib'",
+            key="components.etdump lib",
+            at=lambda t: line_of(t, '"etdump lib" = {'),
+        ),
+        id="component-name-invalid",
+    ),
+    pytest.param(
+        BadRecipe(
+            change=edit("[packages.executorch-export]", "[packages.Executorch-Export]"),
+            what="not a package name: 'Executorch-Export'",
+            key="packages.Executorch-Export",
+            at=lambda t: line_of(t, "[packages.Executorch-Export]"),
+        ),
+        id="package-name-invalid",
+    ),
+    pytest.param(
+        BadRecipe(
+            change=edit("[system.conda]\n", "[system.conda]\nbad = 3\n"),
+            what="expected str, got int",
+            key="system.conda.bad",
+            at=lambda t: line_of(t, "bad = 3"),
+        ),
+        id="conda-system-value-not-a-string",
+    ),
+    pytest.param(
+        BadRecipe(
             change=edit("schema = 1", "schema = 2"),
             what="schema 2",
             key="recipe.schema",
