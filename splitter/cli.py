@@ -302,7 +302,9 @@ def verify_command(
     jobs: Annotated[int, typer.Option(help="Parallel co-load processes.")] = 2,
     only: Annotated[
         list[str] | None,
-        typer.Option(help="Run only these checks: co-load, cmake, relocation, python."),
+        typer.Option(
+            help="Run only these checks: co-load, cmake, relocation, python, depends (.deb/.rpm)."
+        ),
     ] = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,

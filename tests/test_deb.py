@@ -318,7 +318,9 @@ def test_release_of_two_pythons_is_refused(real_plan: Plan, tmp_path: Path) -> N
 def test_verify_installs_the_debs_and_runs_the_checks(debs: Path) -> None:
     from splitter.verify.run import Status, verify
 
-    checks = verify(debs, [], [cmake_executable("3.28")], 2, ("co-load", "cmake", "relocation"))
+    checks = verify(
+        debs, [], [cmake_executable("3.28")], 2, ("co-load", "cmake", "relocation", "depends")
+    )
     assert [c for c in checks if c.status is Status.FAIL] == []
     by_check = {c.check: c for c in checks}
     assert by_check["model (C++)"].status is Status.PASS
@@ -328,6 +330,20 @@ def test_verify_installs_the_debs_and_runs_the_checks(debs: Path) -> None:
     assert missing.expected == "configure fails naming libexecutorch-kernels-quantized"
     coload = [c for c in checks if c.check == "co-load" and c.status is Status.PASS]
     assert any("libexecutorch_kernels_quantized.so" in c.subject for c in coload)
+    # dpkg's own unmet dependencies: only what a scratch root cannot hold (glibc, torch)
+    depends = by_check["depends"]
+    assert depends.status is Status.PASS and "libc6" in depends.detail, depends
+
+
+def test_verify_fails_an_unmet_dependency_inside_the_split(debs: Path, tmp_path: Path) -> None:
+    """The export's package alone: dpkg reports its dependencies on the two other packages
+    of the split unmet, and the "depends" check fails naming them."""
+    from splitter.verify.install import install
+    from splitter.verify.run import Status, depends_check
+
+    check = depends_check(install(debs, tmp_path / "x", ("executorch-export",)))
+    assert check.status is Status.FAIL
+    assert "libexecutorch" in check.detail and "kernels-quantized" in check.detail, check
 
 
 def test_cli_bad_recipe_exits_nonzero_and_writes_nothing(real_wheel: Path, tmp_path: Path) -> None:

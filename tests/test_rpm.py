@@ -215,7 +215,9 @@ def test_missing_rpmbuild_names_the_debian_package(
 def test_verify_installs_the_rpms_and_runs_the_checks(rpms: Path) -> None:
     from splitter.verify.run import Status, verify
 
-    checks = verify(rpms, [], [cmake_executable("3.28")], 2, ("co-load", "cmake", "relocation"))
+    checks = verify(
+        rpms, [], [cmake_executable("3.28")], 2, ("co-load", "cmake", "relocation", "depends")
+    )
     assert [c for c in checks if c.status is Status.FAIL] == []
     by_check = {c.check: c for c in checks}
     assert by_check["model (C++)"].status is Status.PASS
@@ -223,3 +225,17 @@ def test_verify_installs_the_rpms_and_runs_the_checks(rpms: Path) -> None:
     assert by_check["missing component"].status is Status.PASS
     coload = [c for c in checks if c.check == "co-load" and c.status is Status.PASS]
     assert any("libexecutorch_kernels_quantized.so" in c.subject for c in coload)
+    # rpm's own unmet dependencies: only what a scratch root cannot hold (glibc, torch)
+    depends = by_check["depends"]
+    assert depends.status is Status.PASS and "libc.so.6" in depends.detail, depends
+
+
+def test_verify_fails_an_unmet_dependency_inside_the_split(rpms: Path, tmp_path: Path) -> None:
+    """The export's package alone: rpm reports its dependencies on the two other packages
+    of the split unmet, and the "depends" check fails naming them."""
+    from splitter.verify.install import install
+    from splitter.verify.run import Status, depends_check
+
+    check = depends_check(install(rpms, tmp_path / "x", ("executorch-export",)))
+    assert check.status is Status.FAIL
+    assert "executorch" in check.detail and "kernels-quantized" in check.detail, check

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import tarfile
 from pathlib import Path
 from typing import Any
 
-from splitter.errors import SplitterError
-from splitter.targets.distro import ARCHES, RECORD, need_tool, run_tool
+from splitter.errors import ExternalToolError, SplitterError
+from splitter.targets.distro import ARCHES, RECORD, need_tool, run_tool, tool_path
 
 
 def _record(command: list[str], package: Path, stdin: Any = None) -> dict[str, Any]:
@@ -61,10 +62,13 @@ def records(out: Path, kind: str) -> dict[Path, dict[str, Any]]:
     return found
 
 
-def install_packages(kind: str, files: list[Path], root: Path) -> None:
+def install_packages(kind: str, files: list[Path], root: Path) -> tuple[str, ...]:
     """Install `files` into a fresh `root`: dpkg --instdir/--admindir, or rpm --root with its
-    own database. Dependencies are not checked (--force-depends, --nodeps): this machine's
-    empty database knows neither glibc nor torch; the checks that follow load the files."""
+    own database; returns the dependencies the tool found unmet, as it wrote them. This
+    machine's empty database knows neither glibc nor torch, so those are always unmet, and the
+    install goes on without them (dpkg configures with --force-depends, rpm installs with
+    --nodeps); verify's "depends" check then tells them from an unmet dependency on a package
+    of the split."""
     root = root.absolute()
     if kind == "deb":
         admin = root / "var" / "lib" / "dpkg"
@@ -72,24 +76,62 @@ def install_packages(kind: str, files: list[Path], root: Path) -> None:
             (admin / sub).mkdir(parents=True, exist_ok=True)
         for name in ("status", "available"):
             (admin / name).touch()
-        run_tool(
-            "dpkg could not install the packages into a scratch root",
-            [
-                need_tool("dpkg", "dpkg"),
-                f"--instdir={root}",
-                f"--admindir={admin}",
-                "--force-not-root",
-                "--force-depends",
-                "--install",
-                *map(str, files),
-            ],
+        dpkg = [
+            need_tool("dpkg", "dpkg"),
+            f"--instdir={root}",
+            f"--admindir={admin}",
+            "--force-not-root",
+        ]
+        first = subprocess.run(
+            [*dpkg, "--install", *map(str, files)],
+            env={**os.environ, "LC_ALL": "C.UTF-8", "PATH": tool_path()},
+            capture_output=True,
+            text=True,
+            check=False,
         )
-        return
+        output = first.stderr + first.stdout
+        if first.returncode != 0 and "dependency problems" not in output:
+            raise ExternalToolError(
+                "dpkg could not install the packages into a scratch root",
+                [*dpkg, "--install", *map(str, files)],
+                first.returncode,
+                output,
+            )
+        run_tool(
+            "dpkg could not configure the packages in a scratch root",
+            [*dpkg, "--force-depends", "--configure", "--pending"],
+        )
+        return _dpkg_unmet(output)
     rpm = need_tool("rpm", "rpm")
     root.mkdir(parents=True, exist_ok=True)
     base = [rpm, "--root", str(root), "--dbpath", "/var/lib/rpm"]
     run_tool("rpm could not create a database in a scratch root", [*base, "--initdb"])
+    test = subprocess.run(
+        [*base, "-i", "--test", *map(str, files)],
+        env={**os.environ, "LC_ALL": "C.UTF-8"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     run_tool(
         "rpm could not install the packages into a scratch root",
         [*base, "-i", "--nodeps", *map(str, files)],
     )
+    lines = (test.stderr + test.stdout).splitlines()
+    return tuple(sorted({line.strip() for line in lines if " is needed by " in line}))
+
+
+def _dpkg_unmet(output: str) -> tuple[str, ...]:
+    """From dpkg's dependency problems: each "P depends on D" whose reason is that a package is
+    not installed or has another version; not those whose package is only "not configured
+    yet" (it is in the same install, and is configured next)."""
+    unmet = set()
+    lines = output.splitlines()
+    for index, line in enumerate(lines[:-1]):
+        if " depends on " not in line or not line.rstrip().endswith("however:"):
+            continue
+        reason = lines[index + 1].strip()
+        if reason.endswith("is not configured yet."):
+            continue
+        unmet.add(line.strip().removesuffix("however:").strip().removesuffix(";"))
+    return tuple(sorted(unmet))

@@ -49,6 +49,10 @@ class Installed:
     verdicts: tuple[dict[str, Any], ...]
     quantized_name: str = QUANTIZED  # what the CMake config tells users to install for it
     install_prefix: Path | None = None  # the prefix (its bin/), when cmake_prefix is not it
+    # .deb/.rpm: the dependencies dpkg or rpm found unmet, and the names of every package of
+    # the output (an unmet dependency on one of those is a fault of the split)
+    unmet: tuple[str, ...] = ()
+    split_names: tuple[str, ...] = ()
 
     @property
     def home(self) -> Path:
@@ -94,7 +98,7 @@ def _distro(kind: str, out: Path, scratch: Path, only: tuple[str, ...] | None) -
     every = records(out, kind)
     chosen = {p: r for p, r in every.items() if only is None or r["package"] in only}
     root = scratch / "root"
-    install_packages(kind, sorted(chosen), root)
+    unmet = install_packages(kind, sorted(chosen), root)
     usr = root / "usr"
     libdir = next((p.parent for p in sorted(usr.rglob("libexecutorch.so"))), usr / "lib")
     site = next(iter(sorted(usr.glob("lib*/python*/*-packages"))), None)
@@ -113,6 +117,8 @@ def _distro(kind: str, out: Path, scratch: Path, only: tuple[str, ...] | None) -
         quantized_name=next(
             (r["distro_package"] for r in every.values() if r["package"] == QUANTIZED), QUANTIZED
         ),
+        unmet=unmet,
+        split_names=tuple(sorted(r["distro_package"] for r in every.values())),
     )
 
 

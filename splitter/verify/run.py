@@ -133,7 +133,7 @@ def torch_available(python: Path) -> bool:
     return result.returncode == 0
 
 
-CHECKS = ("co-load", "cmake", "relocation", "python")
+CHECKS = ("co-load", "cmake", "relocation", "python", "depends")
 
 
 def verify(
@@ -200,6 +200,8 @@ def _verify(
             checks.append(relocation_check(full, cmakes, scratch))
         if "python" in only:
             checks.append(python_check(full, python, torch_python))
+        if "depends" in only and full.kind in ("deb", "rpm"):
+            checks.append(depends_check(full))
     return checks
 
 
@@ -348,6 +350,44 @@ def relocation_check(full: Installed, cmakes: list[Path], scratch: Path) -> Chec
         status=Status.PASS if same else Status.FAIL,
         detail="" if same else (run.stderr.strip().splitlines() or [""])[-1],
     )
+
+
+def depends_check(full: Installed) -> Check:
+    """Every dependency dpkg or rpm found unmet is outside the split (glibc, the GCC runtime,
+    torch, Python: what a scratch root cannot hold); one on a package of the split, or on a
+    library one of them installs, is a fault of the split's metadata."""
+    installed = {p.name for p in full.root.rglob("*.so*")}
+
+    def in_split(name: str) -> bool:
+        words = {w.strip("()") for w in name.split()}
+        return bool(words & set(full.split_names)) or name in installed
+
+    ours = sorted(d for d in full.unmet if in_split(_dependency_name(d)))
+    outside = sorted({_dependency_name(d) for d in full.unmet if d not in ours})
+    tool = "dpkg" if full.kind == "deb" else "rpm"
+    return Check(
+        check="depends",
+        subject=", ".join(full.packages),
+        expected="unmet only outside the split",
+        outcome="as expected" if not ours else f"{len(ours)} unmet in the split",
+        status=Status.PASS if not ours else Status.FAIL,
+        detail="; ".join(ours)
+        if ours
+        else f"{tool} found unmet, outside the split: {', '.join(outside) or 'none'}",
+    )
+
+
+def _dependency_name(dependency: str) -> str:
+    """The package or capability an unmet-dependency line is about: dpkg's "P depends on D
+    (>= v)" -> D; rpm's "D >= v is needed by P" -> D (a rich dependency, "(A with B)", whole;
+    a library capability without its symbol version, libc.so.6(GLIBC_2.14)(64bit) ->
+    libc.so.6)."""
+    if " depends on " in dependency:
+        return dependency.split(" depends on ", 1)[1].split(" (")[0]
+    capability = dependency.split(" is needed by ")[0].strip()
+    if capability.startswith("("):
+        return capability
+    return capability.split()[0].split("(")[0]
 
 
 def skipped(check: str, expected: str, reason: str, subject: str = "-") -> Check:
