@@ -153,6 +153,7 @@ def assign_owners(wheel: WheelInfo, recipe: Recipe) -> dict[str, tuple[str, int]
     rules = tuple(rule for rule in recipe.rules if rule.applies(wheel.platform_tag))
     selector = Selector(rules)
     owners: dict[str, tuple[str, int]] = {}
+    by_rule: dict[int, tuple[str, int]] = {}
     unowned: list[str] = []
     doubly: list[str] = []
     used: set[int] = set()
@@ -166,7 +167,10 @@ def assign_owners(wheel: WheelInfo, recipe: Recipe) -> dict[str, tuple[str, int]
             names = ", ".join(f"rules[{r.index}] -> {r.package} (line {r.line})" for r in claims)
             doubly.append(f"{entry.path}: {names}")
         else:
-            owners[entry.path] = (claims[0].package, claims[0].index)
+            # one (package, rule) tuple per rule, shared by every file it claims
+            owners[entry.path] = by_rule.setdefault(
+                claims[0].index, (claims[0].package, claims[0].index)
+            )
     if unowned or doubly:
         raise OwnershipError(unowned, doubly)
     for rule in rules:

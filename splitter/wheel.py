@@ -9,6 +9,7 @@ import hashlib
 import io
 import itertools
 import stat
+import sys
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
@@ -133,9 +134,12 @@ def _read_archive(
         mode = info.external_attr >> 16
         entries.append(
             WheelEntry(
-                path=name,
+                # Interned: the wheels of a release share most paths and digests, and a
+                # release holds every wheel's plan at once (~1.4 MB a wheel saved, measured
+                # with tracemalloc on the 1.5.1 wheels).
+                path=sys.intern(name),
                 size=size,
-                sha256=digest.hex(),
+                sha256=sys.intern(digest.hex()),
                 executable=bool(mode & 0o111),
             )
         )
