@@ -30,6 +30,7 @@ from splitter.targets.assemble import (
     InfoAdditions,
     assemble,
     assemble_workers,
+    finish,
     json_bytes,
     release_freed_memory,
 )
@@ -185,9 +186,10 @@ def assemble_all(
     inputs: tuple[tuple[str, str], ...] = (),
     local: bool | None = None,
 ) -> dict[str, dict[str, object]]:
-    """One .conda per package with rattler-build's assembler and the info additions (largest
-    first, to the workers, the build taking the next one whenever they are all busy);
-    returns each package's repodata record by file name.
+    """One .conda per package with rattler-build's assembler (largest first, to the workers,
+    the build taking the next one whenever they are all busy), each finished by the build
+    (info additions, repodata record) as it arrives; returns each package's repodata record by
+    file name.
 
     Only the largest package, the last to finish, is compressed with `threads` threads; the
     others are compressed in-line (zstd's single-threaded mode: 0), beside it and on the
@@ -238,7 +240,7 @@ def assemble_all(
         for done, (index, result) in enumerate(pool.run(assemble, jobs, local=here), start=1):
             package = packages[index]
             _check_assembled(package.name, result)
-            records[Path(result.path).name] = json.loads(result.record)
+            records[Path(result.path).name] = finish(jobs[index], result)
             if progress is not None:
                 progress(f"assembled {package.name}", done, len(packages))
     except WorkerDied as exc:
