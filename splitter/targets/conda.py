@@ -186,10 +186,46 @@ def assemble_all(
     inputs: tuple[tuple[str, str], ...] = (),
     local: bool | None = None,
 ) -> dict[str, dict[str, object]]:
+    """One .conda per package (see pack_all), each finished by the build (info additions,
+    repodata record) as it arrives; returns each package's repodata record by file name."""
+    packed = pack_all(
+        plan,
+        staged,
+        directory,
+        builds,
+        work,
+        compression_level,
+        threads,
+        pool,
+        progress,
+        only=only,
+        inputs=inputs,
+        local=local,
+    )
+    return dict(_finished(job, result) for job, result in packed)
+
+
+def _finished(job: AssembleJob, result: Assembled) -> tuple[str, dict[str, object]]:
+    return Path(result.path).name, finish(job, result)
+
+
+def pack_all(
+    plan: Plan,
+    staged: Staged,
+    directory: Path,
+    builds: dict[str, str],
+    work: Path,
+    compression_level: int,
+    threads: int,
+    pool: Workers,
+    progress: Progress | None,
+    only: Sequence[PackagePlan] | None = None,
+    inputs: tuple[tuple[str, str], ...] = (),
+    local: bool | None = None,
+) -> Iterator[tuple[AssembleJob, Assembled]]:
     """One .conda per package with rattler-build's assembler (largest first, to the workers,
-    the build taking the next one whenever they are all busy), each finished by the build
-    (info additions, repodata record) as it arrives; returns each package's repodata record by
-    file name.
+    the build taking the next one whenever they are all busy), yielded as each is assembled,
+    not yet finished (assemble.finish).
 
     Only the largest package, the last to finish, is compressed with `threads` threads; the
     others are compressed in-line (zstd's single-threaded mode: 0), beside it and on the
@@ -232,7 +268,6 @@ def assemble_all(
         )
         for rank, package in enumerate(packages)
     ]
-    records: dict[str, dict[str, object]] = {}
     here = pool.count == 0 or (progress is None if local is None else local)
     if progress is not None:
         progress(f"packing {len(packages)} package(s)", 0, len(packages))
@@ -240,9 +275,9 @@ def assemble_all(
         for done, (index, result) in enumerate(pool.run(assemble, jobs, local=here), start=1):
             package = packages[index]
             _check_assembled(package.name, result)
-            records[Path(result.path).name] = finish(jobs[index], result)
             if progress is not None:
                 progress(f"assembled {package.name}", done, len(packages))
+            yield jobs[index], result
     except WorkerDied as exc:
         raise ExternalToolError(
             f"{exc} while assembling; if the system ran out of memory, build with --jobs 1",
@@ -250,7 +285,6 @@ def assemble_all(
             exc.returncode,
             "",
         ) from exc
-    return records
 
 
 def _release_note(inputs: tuple[tuple[str, str], ...]) -> str:
@@ -305,10 +339,12 @@ def _build_group(
     """One subdir of a release's channel: its packages, repodata and recipe.
 
     A pipeline of two wheels: while the workers pack one wheel's packages (a helper thread
-    waits for them, holding no GIL), the build process stages the next wheel. So at most two
-    wheels' scratch directories exist at once, and the build process never packs (rattler-
-    build holds the GIL while it packs, which would stall the staging). Without workers
-    (--jobs 1) the wheels are staged and packed in turn."""
+    waits for them, holding no GIL), the build process stages the next wheel, hands it to
+    the workers, and only then finishes the previous wheel's packages (info additions,
+    repodata records), so the workers, which the release waits for, never wait for it. So at
+    most two wheels' scratch directories exist at once, and the build process never packs
+    (rattler-build holds the GIL while it packs, which would stall the staging). Without
+    workers (--jobs 1) the wheels are staged and packed in turn."""
     source = group.source
     shared = {name: build_string(source, source.package(name)) for name in group.shared_packages}
     records: dict[str, dict[str, object]] = {}
@@ -318,7 +354,8 @@ def _build_group(
     pipeline = workers.count > 0
     # The packer is shut down (waiting for its wheel) before any scratch directory goes.
     with contextlib.ExitStack() as scratches, ThreadPoolExecutor(max_workers=1) as packer:
-        pending: tuple[Future[dict[str, dict[str, object]]], contextlib.ExitStack] | None = None
+        pending: tuple[Future[list[tuple[AssembleJob, Assembled]]], contextlib.ExitStack] | None
+        pending = None
         for plan in group.plans:
             variant = Variant(
                 plan=plan, builds={p.name: build_string(plan, p) for p in plan.packages} | shared
@@ -330,31 +367,38 @@ def _build_group(
             work = scratch.enter_context(scratch_dir(sum(p.bytes for p in mine)))
             staged = _stage(plan, work, options, progress, frozenset(p.name for p in mine))
             write_support(plan, staged, recipe, support_folders(variant, mine, tuple(shared)))
+            previous = None
             if pending is not None:
-                records |= pending[0].result()
-                pending[1].close()
+                previous = pending[0].result()  # the previous wheel, assembled
+            # pack_all is a generator: its body (licences, jobs, the workers) runs in the packer
             job = packer.submit(
-                assemble_all,
-                plan,
-                staged,
-                build / group.subdir,
-                dict(variant.builds),
-                work,
-                options.compression_level,
-                options.threads,
-                workers,
-                progress,
-                only=mine,
-                inputs=group.inputs if plan is source else (),
-                local=False,
+                list,
+                pack_all(
+                    plan,
+                    staged,
+                    build / group.subdir,
+                    dict(variant.builds),
+                    work,
+                    options.compression_level,
+                    options.threads,
+                    workers,
+                    progress,
+                    only=mine,
+                    inputs=group.inputs if plan is source else (),
+                    local=False,
+                ),
             )
+            if previous is not None and pending is not None:
+                # finished here while the worker packs this wheel: it waits for nothing
+                records |= dict(_finished(*packed) for packed in previous)
+                pending[1].close()
             pending = (job, scratch)
             if not pipeline:
-                records |= job.result()
+                records |= dict(_finished(*packed) for packed in job.result())
                 scratch.close()
                 pending = None
         if pending is not None:
-            records |= pending[0].result()
+            records |= dict(_finished(*packed) for packed in pending[0].result())
     write_release_recipe(variants, group.shared_packages, recipe)
     index_channel(build, group.subdir, records)
 
