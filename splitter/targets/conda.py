@@ -147,7 +147,8 @@ def _build(
             (build / subdir).mkdir()
             records = None
             if backend == CondaBackend.ASSEMBLE:
-                records = assemble_all(
+                # each package finished (info additions, repodata record) as it arrives
+                packed = pack_all(
                     plan,
                     staged,
                     build / subdir,
@@ -158,6 +159,7 @@ def _build(
                     workers,
                     progress,
                 )
+                records = dict(_finished(job, result) for job, result in packed)
             else:
                 # The same recipes, rendered with the local wheel as their source: offline.
                 local = work / "local-recipes"
@@ -172,40 +174,8 @@ def _build(
     return [out / name for name in written]
 
 
-def assemble_all(
-    plan: Plan,
-    staged: Staged,
-    directory: Path,
-    builds: dict[str, str],
-    work: Path,
-    compression_level: int,
-    threads: int,
-    pool: Workers,
-    progress: Progress | None,
-    only: Sequence[PackagePlan] | None = None,
-    inputs: tuple[tuple[str, str], ...] = (),
-    local: bool | None = None,
-) -> dict[str, dict[str, object]]:
-    """One .conda per package (see pack_all), each finished by the build (info additions,
-    repodata record) as it arrives; returns each package's repodata record by file name."""
-    packed = pack_all(
-        plan,
-        staged,
-        directory,
-        builds,
-        work,
-        compression_level,
-        threads,
-        pool,
-        progress,
-        only=only,
-        inputs=inputs,
-        local=local,
-    )
-    return dict(_finished(job, result) for job, result in packed)
-
-
 def _finished(job: AssembleJob, result: Assembled) -> tuple[str, dict[str, object]]:
+    """(file name, repodata record) of an assembled package, finished by the build."""
     return Path(result.path).name, finish(job, result)
 
 
