@@ -135,8 +135,7 @@ def _read_archive(
         entries.append(
             WheelEntry(
                 # Interned: the wheels of a release share most paths and digests, and a
-                # release holds every wheel's plan at once (~1.4 MB a wheel saved, measured
-                # with tracemalloc on the 1.5.1 wheels).
+                # release holds every wheel's plan at once (docs/performance.md).
                 path=sys.intern(name),
                 size=size,
                 sha256=sys.intern(digest.hex()),

@@ -58,7 +58,7 @@ def _analyse(path: str, data: bytes, registrations: bool) -> BinaryInfo:
     machine = elf.header["e_machine"]
     soname, needed, runpath, rpath = "", [], [], []
     # Each section parsed once: pyelftools parses the section headers again on every
-    # iter_sections and name lookup, which was most of the analysis's time.
+    # iter_sections and name lookup.
     sections = list(elf.iter_sections())
     named: dict[str, Section] = {}
     for section in sections:

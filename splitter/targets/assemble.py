@@ -112,7 +112,7 @@ def finish(job: AssembleJob, assembled: Assembled) -> dict[str, object]:
     """In the build: add the info files to an assembled package and return its repodata
     record, so the channel index of each package is made as soon as it is done. Done here
     rather than in the worker that assembled it: in a release the worker is the bottleneck
-    (0.13-0.19 s of its ~1.45 s an export) and the build process has time to spare."""
+    and the build process has time to spare (docs/performance.md)."""
     package = Path(assembled.path)
     rewrite_info(package, job.additions)
     return channel_record(package, Path(job.tmpdir))

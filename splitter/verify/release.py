@@ -21,7 +21,7 @@ class Environment:
     subdir: str  # the conda subdir of its platform
     python: str  # the CPython of its export, e.g. 3.11
     source: Path  # an output holding it: installed from, with `packages`
-    packages: tuple[str, ...] | None  # the packages of `source` to install; None: all
+    packages: tuple[str, ...] | None = None  # the packages of `source` to install; None: all
 
 
 def release_environments(out: Path, scratch: Path) -> list[Environment] | None:
@@ -37,7 +37,9 @@ def release_environments(out: Path, scratch: Path) -> list[Environment] | None:
                     out, subdir, export, scratch / f"view-{subdir}-{export.name}"
                 )
                 label = f"{subdir}, python {python_of(export)}: {export.name}"
-                found.append(_environment(label, subdir, python_of(export), view))
+                found.append(
+                    Environment(label=label, subdir=subdir, python=python_of(export), source=view)
+                )
         return found
     if not out.is_dir():
         return None
@@ -54,7 +56,14 @@ def release_environments(out: Path, scratch: Path) -> list[Environment] | None:
                 if wheel == export or wheel.name.endswith(f"-py3-none-{platform}.whl"):
                     os.link(wheel, view / wheel.name)
             label = f"{platform}: {export.name}"
-            found.append(_environment(label, subdir_of_tag(platform), _dotted(cpython), view))
+            found.append(
+                Environment(
+                    label=label,
+                    subdir=subdir_of_tag(platform),
+                    python=_dotted(cpython),
+                    source=view,
+                )
+            )
         return found
     subdirs = [d for d in sorted(out.iterdir()) if d.is_dir() and any(d.glob("*.install"))]
     if subdirs and not any(out.glob("*.install")):
@@ -66,18 +75,16 @@ def release_environments(out: Path, scratch: Path) -> list[Environment] | None:
             for name in exports:
                 version = _dotted(name.rsplit("-", 1)[-1].removeprefix("py"))
                 found.append(
-                    _environment(
-                        f"{folder.name}: {name}", folder.name, version, folder, (*common, name)
+                    Environment(
+                        label=f"{folder.name}: {name}",
+                        subdir=folder.name,
+                        python=version,
+                        source=folder,
+                        packages=(*common, name),
                     )
                 )
         return found
     return None
-
-
-def _environment(
-    label: str, subdir: str, python: str, source: Path, packages: tuple[str, ...] | None = None
-) -> Environment:
-    return Environment(label=label, subdir=subdir, python=python, source=source, packages=packages)
 
 
 def _dotted(tag: str) -> str:
