@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from splitter.console import (
+    build_input,
     compute_input,
     make_table,
     out,
@@ -29,7 +30,7 @@ from splitter.console import (
 from splitter.errors import SplitterError
 from splitter.graph import GraphFormat, render_graph
 from splitter.model import CondaBackend, Rpath
-from splitter.release import Release
+from splitter.release import Release, ReleasePlanning
 from splitter.report import plan_json, release_json
 from splitter.targets.conda import (
     DEFAULT_LEVEL,
@@ -260,10 +261,10 @@ def build(
         )
         builder = contextlib.nullcontext(tree)
     with builder as chosen:
-        result = compute_input(wheel or [], recipe, progress, python, platform)
+        result = build_input(wheel or [], recipe, progress, python, platform)
         with progress_bar(progress) as bar:
             callback = reporter(bar, f"building {target.value}")
-            if isinstance(result, Release):
+            if isinstance(result, ReleasePlanning):
                 written = chosen.build_release(result, out_dir, callback)
             else:
                 written = chosen.build(result, out_dir, callback)
@@ -279,7 +280,9 @@ def build(
             )
         )
     elif not quiet and not (ctx.obj.quiet if isinstance(ctx.obj, GlobalOptions) else False):
-        facts = result.groups[0].plans[0] if isinstance(result, Release) else result
+        facts = (
+            result.release().groups[0].plans[0] if isinstance(result, ReleasePlanning) else result
+        )
         show_summary(target.value, out_dir, written, facts)
         if verbose or (ctx.obj.verbose if isinstance(ctx.obj, GlobalOptions) else False):
             for path in written:

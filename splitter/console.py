@@ -23,10 +23,10 @@ from rich.table import Column, Table
 
 from splitter.errors import SplitterError
 from splitter.fetch import resolve_input, resolve_inputs
-from splitter.model import Plan, Recipe
+from splitter.model import Plan
 from splitter.plan import make_plan
 from splitter.recipe import load_recipe
-from splitter.release import Release, make_release
+from splitter.release import Release, ReleasePlanning, planned
 
 if TYPE_CHECKING:  # doctor loads only when used
     from splitter.doctor import Diagnosis
@@ -113,6 +113,21 @@ def compute_input(
 ) -> Plan | Release:
     """The plan of one wheel, or, when the WHEEL arguments and --python/--platform name
     several wheels, the release they form."""
+    result = build_input(wheels, recipe_path, show_progress, python, platform)
+    if isinstance(result, ReleasePlanning):
+        return compute_release(result, show_progress)
+    return result
+
+
+def build_input(
+    wheels: list[str],
+    recipe_path: Path | None,
+    show_progress: bool,
+    python: str | None = None,
+    platform: str | None = None,
+) -> Plan | ReleasePlanning:
+    """What a build takes: the plan of one wheel, or the release the wheels form, not yet
+    planned (a release build plans each wheel as it goes: splitter.release.ReleasePlanning)."""
     if len(wheels) <= 1 and python is None and platform is None:
         return compute_plan(wheels[0] if wheels else None, recipe_path, show_progress)
     recipe = load_recipe(recipe_path)
@@ -122,7 +137,7 @@ def compute_input(
         paths = resolve_inputs(wheels, recipe, python, platform)
     if len(paths) == 1:
         return compute_plan(str(paths[0]), recipe_path, show_progress)
-    return compute_release(paths, recipe, show_progress)
+    return ReleasePlanning(paths, recipe)
 
 
 def reporter(bar: Progress | None, description: str) -> Callable[[str, int, int], None] | None:
@@ -139,10 +154,10 @@ def reporter(bar: Progress | None, description: str) -> Callable[[str, int, int]
     return report
 
 
-def compute_release(paths: list[Path], recipe: Recipe, show_progress: bool) -> Release:
+def compute_release(planning: ReleasePlanning, show_progress: bool) -> Release:
     """Plan every wheel of a release and check they form one, with a progress bar."""
     with progress_bar(show_progress) as bar:
-        return make_release(paths, recipe, reporter(bar, "planning the release"))
+        return planned(planning, reporter(bar, "planning the release"))
 
 
 def show_release(release: Release) -> None:

@@ -38,8 +38,11 @@ def subdir_of_tag(tag: str) -> str:
 
 def decide_platform(wheel: WheelInfo) -> Platform:
     """The platform a wheel's tags name; refuses tags there is no conda subdir for."""
-    tag = wheel.platform_tag
-    python = wheel.python_tag
+    return platform_of(wheel.python_tag, wheel.platform_tag)
+
+
+def platform_of(python: str, tag: str) -> Platform:
+    """The platform of a python tag (cp312) and a platform tag; see decide_platform."""
     macos = MACOS_TAG.fullmatch(tag)
     if macos is not None and macos.group(3) in MACOS_SUBDIRS:
         return Platform(

@@ -15,11 +15,14 @@ wheels; every problem is reported at once.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from splitter.errors import ReleaseError
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+from splitter.errors import ReleaseError, SplitterError
+from splitter.facts import platform_of
 from splitter.model import PackagePlan, Plan, Recipe
 from splitter.plan import make_plan
 
@@ -84,12 +87,93 @@ def make_release(
     paths: Sequence[Path], recipe: Recipe, progress: Progress | None = None
 ) -> Release:
     """Plan every wheel in `paths` and check that they form one release (see the module)."""
-    plans = []
-    for index, path in enumerate(paths, start=1):
-        if progress is not None:
-            progress(f"planning {path.name}", index - 1, len(paths))
-        plans.append(make_plan(path, recipe))
-    problems = _check_versions(plans)
+    return planned(ReleasePlanning(paths, recipe), progress)
+
+
+def planned(release: Release | ReleasePlanning, progress: Progress | None = None) -> Release:
+    """The checked release: `release` itself, or a planning's, each wheel planned in turn."""
+    if isinstance(release, Release):
+        return release
+    for _ in release.plans(progress):
+        pass
+    return release.release()
+
+
+class ReleasePlanning:
+    """A release planned one wheel at a time, then checked as a whole: what a build that
+    packs each wheel as soon as its plan is made consumes (`plans`, then `release`), and what
+    make_release runs through at once. The checks are the same either way, so `splitter plan`
+    refuses exactly what a build does; a build that has already packed some wheels when
+    `release` refuses leaves nothing, as its output is moved in only when complete.
+
+    The wheels are planned in release order (`release_order`): by platform, the oldest Python
+    first, so the first plan of each platform is its group's source."""
+
+    def __init__(self, paths: Sequence[Path], recipe: Recipe) -> None:
+        self.paths = release_order(paths)
+        self.recipe = recipe
+        self._plans: list[Plan] = []
+        self._release: Release | None = None
+
+    @classmethod
+    def of(cls, release: Release) -> ReleasePlanning:
+        """A release already planned and checked, as a planning that is done."""
+        plans = [p for group in release.groups for p in group.plans]
+        recipe = plans[0].recipe
+        planning = cls([p.wheel.path for p in plans], recipe)
+        planning._plans, planning._release = plans, release
+        return planning
+
+    def plans(self, progress: Progress | None = None) -> Iterator[Plan]:
+        """Each wheel's plan, in release order, as it is made."""
+        for index, path in enumerate(self.paths):
+            if index < len(self._plans):
+                yield self._plans[index]
+                continue
+            if progress is not None:
+                progress(f"planning {path.name}", index, len(self.paths))
+            plan = make_plan(path, self.recipe)
+            self._plans.append(plan)
+            yield plan
+
+    def release(self) -> Release:
+        """The release the plans form, once every wheel is planned; a ReleaseError lists
+        every problem found."""
+        assert len(self._plans) == len(self.paths), "plan every wheel first"
+        if self._release is None:
+            self._release = check_release(self._plans, self.recipe)
+        return self._release
+
+
+def release_order(paths: Sequence[Path]) -> tuple[Path, ...]:
+    """The order a release plans its wheels in: by conda subdir, then Python, then file name,
+    from the tags of each file name, as check_release groups the plans; a name that is not a
+    wheel's (its plan fails, naming it) or names no conda platform comes first."""
+
+    def key(path: Path) -> tuple[str, tuple[int, int], str]:
+        try:
+            _, _, _, tags = parse_wheel_filename(path.name)
+            tag = sorted(tags, key=str)[0]
+            platform = platform_of(tag.interpreter, tag.platform)
+        except (InvalidWheelFilename, SplitterError, ValueError, IndexError):
+            return ("", (0, 0), path.name)
+        return (platform.conda_subdir, platform.python, path.name)
+
+    return tuple(sorted(paths, key=key))
+
+
+def release_sources(plans: Iterable[Plan]) -> dict[str, Plan]:
+    """Each subdir's source wheel among `plans` (in release order): its first."""
+    sources: dict[str, Plan] = {}
+    for plan in plans:
+        sources.setdefault(plan.platform.conda_subdir, plan)
+    return sources
+
+
+def check_release(plans: Sequence[Plan], recipe: Recipe) -> Release:
+    """The release `plans` form, grouped by platform (see the module); a ReleaseError lists
+    every problem."""
+    problems = _check_versions(list(plans))
     by_subdir: dict[str, list[Plan]] = defaultdict(list)
     for plan in plans:
         by_subdir[plan.platform.conda_subdir].append(plan)

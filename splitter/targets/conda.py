@@ -9,8 +9,8 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,7 +20,7 @@ from splitter.layout import Layout, default_sitedir
 from splitter.model import CondaBackend, PackagePlan, Plan, Rpath
 from splitter.output import atomic_output
 from splitter.payload import Payload
-from splitter.release import PlatformGroup, Release
+from splitter.release import Release, ReleasePlanning
 from splitter.report import exclusivity_record
 from splitter.scratch import scratch_dir
 from splitter.targets.assemble import (
@@ -81,7 +81,7 @@ class CondaBuilder:
         return _build(plan, out, progress, options=self.options, workers=self.workers)
 
     def build_release(
-        self, release: Release, out: Path, progress: Progress | None = None
+        self, release: Release | ReleasePlanning, out: Path, progress: Progress | None = None
     ) -> list[Path]:
         """A release's channel: see build_conda_release."""
         return build_conda_release(release, out, self.options, progress, self.workers)
@@ -189,33 +189,71 @@ def pack_all(
     threads: int,
     pool: Workers,
     progress: Progress | None,
-    only: Sequence[PackagePlan] | None = None,
-    inputs: tuple[tuple[str, str], ...] = (),
-    local: bool | None = None,
 ) -> Iterator[tuple[AssembleJob, Assembled]]:
-    """One .conda per package with rattler-build's assembler (largest first, to the workers,
-    the build taking the next one whenever they are all busy), yielded as each is assembled,
-    not yet finished (assemble.finish).
+    """One .conda per package of a wheel's build with rattler-build's assembler (largest
+    first, to the workers, the build taking the next one whenever they are all busy), yielded
+    as each is assembled, not yet finished (assemble.finish).
+
+    The build process packs too only when nothing is drawing progress (or without workers,
+    --jobs 1): rattler-build holds the GIL while it packs, which would freeze the progress bar
+    for a whole package. Which process packs a package does not change its bytes."""
+    licenses = wheel_licenses(plan, work)
+    jobs = assemble_jobs(
+        plan, staged, directory, builds, work, compression_level, threads, plan.packages, licenses
+    )
+    here = pool.count == 0 or progress is None
+    if progress is not None:
+        progress(f"packing {len(jobs)} package(s)", 0, len(jobs))
+    try:
+        for done, (index, result) in enumerate(pool.run(assemble, jobs, local=here), start=1):
+            _check_assembled(jobs[index].name, result)
+            if progress is not None:
+                progress(f"assembled {jobs[index].name}", done, len(jobs))
+            yield jobs[index], result
+    except WorkerDied as exc:
+        raise _worker_died(exc) from exc
+
+
+def _worker_died(exc: WorkerDied) -> ExternalToolError:
+    return ExternalToolError(
+        f"{exc} while assembling; if the system ran out of memory, build with --jobs 1",
+        [sys.executable, "-c", "splitter.targets.workers.serve"],
+        exc.returncode,
+        "",
+    )
+
+
+def wheel_licenses(plan: Plan, work: Path) -> tuple[str, ...]:
+    """The wheel's licence files, extracted once into `work` for every package of the wheel,
+    and rattler-build's TMPDIR created beside them."""
+    (work / "tmp").mkdir()
+    return tuple(str(p) for p in _extract_licenses(plan, work / "licenses"))
+
+
+def assemble_jobs(
+    plan: Plan,
+    staged: Staged,
+    directory: Path,
+    builds: Mapping[str, str],
+    work: Path,
+    compression_level: int,
+    threads: int,
+    packages: Sequence[PackagePlan],
+    licenses: tuple[str, ...],
+    inputs: tuple[tuple[str, str], ...] = (),
+) -> list[AssembleJob]:
+    """The assembler's calls for `packages` of the plan, largest first.
 
     Only the largest package, the last to finish, is compressed with `threads` threads; the
     others are compressed in-line (zstd's single-threaded mode: 0), beside it and on the
     other core. zstd's multi-threaded mode needs buffers of its own per package
     (docs/performance.md), so one package pays for them, not every package at once. The thread
     count belongs to the package, not to the process packing it, so the bytes do not depend
-    on --jobs or on which process took which package. `only` packs those of the plan's
-    packages alone; `inputs` are the wheels of a release a shared package stands for.
-
-    `local` says whether the build process packs too (when every worker is busy). By default
-    it does only when nothing is drawing progress: rattler-build holds the GIL while it packs,
-    which would freeze the progress bar for a whole package, and a release's pipeline passes
-    False (the build process is staging the next wheel). Without workers (--jobs 1) it always
-    packs. Which process packs a package does not change its bytes."""
-    layout = staged.layout
+    on --jobs or on which process took which package. `inputs` are the wheels of a release a
+    shared package stands for."""
     timestamp = datetime.fromtimestamp(plan.wheel.timestamp, tz=UTC)
-    licenses = tuple(str(p) for p in _extract_licenses(plan, work / "licenses"))
-    (work / "tmp").mkdir()
-    packages = sorted(plan.packages if only is None else only, key=lambda p: (-p.bytes, p.name))
-    jobs = [
+    ordered = sorted(packages, key=lambda p: (-p.bytes, p.name))
+    return [
         AssembleJob(
             name=package.name,
             version=package.version,
@@ -228,33 +266,16 @@ def pack_all(
             summary=package.summary,
             description=f"{package.summary}. Split by splitter from "
             f"{plan.wheel.filename} (sha256 {plan.wheel.sha256})." + _release_note(inputs),
-            depends=tuple(conda_depends(plan, package, builds)),
+            depends=tuple(conda_depends(plan, package, dict(builds))),
             license_files=licenses,
             compression_level=compression_level,
             compression_threads=threads if rank == 0 else 0,
             timestamp=timestamp,
             tmpdir=str(work / "tmp"),
-            additions=info_additions(plan, package, layout, compression_level),
+            additions=info_additions(plan, package, staged.layout, compression_level),
         )
-        for rank, package in enumerate(packages)
+        for rank, package in enumerate(ordered)
     ]
-    here = pool.count == 0 or (progress is None if local is None else local)
-    if progress is not None:
-        progress(f"packing {len(packages)} package(s)", 0, len(packages))
-    try:
-        for done, (index, result) in enumerate(pool.run(assemble, jobs, local=here), start=1):
-            package = packages[index]
-            _check_assembled(package.name, result)
-            if progress is not None:
-                progress(f"assembled {package.name}", done, len(packages))
-            yield jobs[index], result
-    except WorkerDied as exc:
-        raise ExternalToolError(
-            f"{exc} while assembling; if the system ran out of memory, build with --jobs 1",
-            [sys.executable, "-c", "splitter.targets.workers.serve"],
-            exc.returncode,
-            "",
-        ) from exc
 
 
 def _release_note(inputs: tuple[tuple[str, str], ...]) -> str:
@@ -268,7 +289,7 @@ def _release_note(inputs: tuple[tuple[str, str], ...]) -> str:
 
 
 def build_conda_release(
-    release: Release,
+    release: Release | ReleasePlanning,
     out: Path,
     options: CondaOptions,
     progress: Progress | None = None,
@@ -278,20 +299,26 @@ def build_conda_release(
     (from the group's source wheel) and one export build per Python, each pinning exactly the
     shared builds of its subdir; repodata per subdir; the subdir's rattler-build recipe with a
     variant per Python under recipes/<subdir>/rattler-build/ (splitter.targets.releaserecipe).
-    One wheel's scratch at a time, so memory does not grow with the number of wheels."""
+
+    Given a ReleasePlanning, each wheel is packed as soon as its plan is made, while the next
+    one is planned (see ReleasePipeline); the release is checked when the last is planned,
+    and a refusal leaves nothing, as OUT is written only when complete."""
     if options.backend != CondaBackend.ASSEMBLE:
         raise SplitterError(
             f"a release is packaged with --backend assemble, not {options.backend}: its "
             "rattler-build recipe (a variant per Python) is written under OUT/recipes/<subdir>/ "
             "for a rebuild"
         )
+    planning = release if isinstance(release, ReleasePlanning) else ReleasePlanning.of(release)
     with contextlib.ExitStack() as stack:
         if workers is None:
             workers = stack.enter_context(assemble_workers(options.jobs))
         build = stack.enter_context(atomic_output(out))
         try:
-            for group in release.groups:
-                _build_group(group, build, options, progress, workers)
+            with ReleasePipeline(build, options, progress, workers) as pipeline:
+                for plan in planning.plans(progress):
+                    pipeline.add(plan)
+                pipeline.complete(planning.release())
         except BaseException:
             workers.kill()  # before the scratch they write into goes
             raise
@@ -299,78 +326,188 @@ def build_conda_release(
     return [out / name for name in written]
 
 
-def _build_group(
-    group: PlatformGroup,
-    build: Path,
-    options: CondaOptions,
-    progress: Progress | None,
-    workers: Workers,
-) -> None:
-    """One subdir of a release's channel: its packages, repodata and recipe.
+@dataclass(slots=True, kw_only=True)
+class _Wheel:
+    """A wheel in the pipeline: its staged packages, its scratch (removed once every package
+    staged from it is finished) and how many of those are not finished yet."""
 
-    A pipeline of two wheels: while the workers pack one wheel's packages (a helper thread
-    waits for them, holding no GIL), the build process stages the next wheel, hands it to
-    the workers, and only then finishes the previous wheel's packages (info additions,
-    repodata records), so the workers, which the release waits for, never wait for it. So at
-    most two wheels' scratch directories exist at once, and the build process never packs
-    (rattler-build holds the GIL while it packs, which would stall the staging). Without
-    workers (--jobs 1) the wheels are staged and packed in turn."""
-    source = group.source
-    shared = {name: build_string(source, source.package(name)) for name in group.shared_packages}
-    records: dict[str, dict[str, object]] = {}
-    recipe = build / "recipes" / group.subdir / "rattler-build"
-    variants = []
-    (build / group.subdir).mkdir()
-    pipeline = workers.count > 0
-    # The packer is shut down (waiting for its wheel) before any scratch directory goes.
-    with contextlib.ExitStack() as scratches, ThreadPoolExecutor(max_workers=1) as packer:
-        pending: tuple[Future[list[tuple[AssembleJob, Assembled]]], contextlib.ExitStack] | None
-        pending = None
-        for plan in group.plans:
-            variant = Variant(
-                plan=plan, builds={p.name: build_string(plan, p) for p in plan.packages} | shared
-            )
-            variants.append(variant)
-            mine = group.packaged_from(plan)
-            scratch = contextlib.ExitStack()
-            scratches.enter_context(scratch)  # removed at the latest when the group ends
-            work = scratch.enter_context(scratch_dir(sum(p.bytes for p in mine)))
-            staged = _stage(plan, work, options, progress, frozenset(p.name for p in mine))
-            write_support(plan, staged, recipe, support_folders(variant, mine, tuple(shared)))
-            previous = None
-            if pending is not None:
-                previous = pending[0].result()  # the previous wheel, assembled
-            # pack_all is a generator: its body (licences, jobs, the workers) runs in the packer
-            job = packer.submit(
-                list,
-                pack_all(
-                    plan,
-                    staged,
-                    build / group.subdir,
-                    dict(variant.builds),
-                    work,
-                    options.compression_level,
-                    options.threads,
-                    workers,
-                    progress,
-                    only=mine,
-                    inputs=group.inputs if plan is source else (),
-                    local=False,
-                ),
-            )
-            if previous is not None and pending is not None:
-                # finished here while the worker packs this wheel: it waits for nothing
-                records |= dict(_finished(*packed) for packed in previous)
-                pending[1].close()
-            pending = (job, scratch)
-            if not pipeline:
-                records |= dict(_finished(*packed) for packed in job.result())
-                scratch.close()
-                pending = None
-        if pending is not None:
-            records |= dict(_finished(*packed) for packed in pending[0].result())
-    write_release_recipe(variants, group.shared_packages, recipe)
-    index_channel(build, group.subdir, records)
+    plan: Plan
+    variant: Variant
+    staged: Staged
+    work: Path
+    licenses: tuple[str, ...]
+    scratch: contextlib.ExitStack
+    unfinished: int
+    held: tuple[PackagePlan, ...]  # a source wheel's shared packages, packed once its group is
+
+
+@dataclass(slots=True)
+class _Packing:
+    job: AssembleJob
+    future: Future[Assembled]
+    wheel: _Wheel
+
+
+class ReleasePipeline:
+    """A release's channel, built one wheel at a time as the wheels are planned.
+
+    Each wheel is staged (its Python packages; the source wheel, the first of its platform,
+    its shared packages too) and its packages queued for the workers at once; the build
+    process then plans the next wheel while the workers pack, and finishes each package
+    (info additions, repodata record) when it is assembled. So planning, staging and finishing
+    in the build process overlap the workers' packing, which is what a release waits for.
+    At most AHEAD wheels wait staged for the workers, which bounds the scratch space, however
+    many wheels. A shared package's description lists every wheel of its platform, so it is
+    queued once its group is planned; with the release checked (`complete`), the rest is
+    packed, and each subdir gets its recipe and repodata.
+
+    In a release both cores are busy (the build process plans and stages, the worker packs),
+    so every package is compressed with zstd's single-threaded mode: its threads would find
+    no idle core, and its buffers would cost each packing process memory (docs/performance.md).
+    """
+
+    AHEAD = 2
+
+    def __init__(
+        self, build: Path, options: CondaOptions, progress: Progress | None, workers: Workers
+    ) -> None:
+        self.build, self.options, self.progress, self.workers = build, options, progress, workers
+        self.groups: dict[str, list[_Wheel]] = {}
+        self.records: dict[str, dict[str, dict[str, object]]] = {}
+        self.packing: list[_Packing] = []  # queued, in order
+        self.finished = 0
+        self.queued = 0
+        self.scratches = contextlib.ExitStack()
+
+    def __enter__(self) -> ReleasePipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for packing in self.packing:
+            packing.future.cancel()
+        if any(exc):
+            self.workers.kill()  # before the scratch they write into goes
+        self.scratches.close()
+
+    def add(self, plan: Plan) -> None:
+        """Stage a planned wheel and queue its packages (its group's source: all but the
+        shared ones, held for the group's end)."""
+        subdir = plan.platform.conda_subdir
+        if subdir not in self.groups:
+            for previous in self.groups.values():
+                self._queue_shared(previous)
+            self.groups[subdir] = []
+            self.records[subdir] = {}
+            (self.build / subdir).mkdir()
+        members = self.groups[subdir]
+        source = members[0].plan if members else plan
+        shared = _shared_names(plan)
+        builds = {p.name: build_string(plan, p) for p in plan.packages} | {
+            name: build_string(source, source.package(name)) for name in shared
+        }
+        variant = Variant(plan=plan, builds=builds)
+        mine = tuple(p for p in plan.packages if plan is source or p.name not in shared)
+        while len({id(p.wheel) for p in self.packing}) >= self.AHEAD:
+            self._finish(self.packing[0])
+        scratch = contextlib.ExitStack()
+        self.scratches.enter_context(scratch)
+        work = scratch.enter_context(scratch_dir(sum(p.bytes for p in mine)))
+        staged = _stage(plan, work, self.options, self.progress, frozenset(p.name for p in mine))
+        recipe = self.build / "recipes" / subdir / "rattler-build"
+        write_support(plan, staged, recipe, support_folders(variant, mine, shared))
+        wheel = _Wheel(
+            plan=plan,
+            variant=variant,
+            staged=staged,
+            work=work,
+            licenses=wheel_licenses(plan, work),
+            scratch=scratch,
+            unfinished=len(mine),
+            held=tuple(p for p in mine if p.name in shared),
+        )
+        members.append(wheel)
+        self._queue(wheel, tuple(p for p in mine if p.name not in shared))
+        self._finish_done()
+
+    def complete(self, release: Release) -> None:
+        """With the release checked: pack what is left, then each subdir's recipe and
+        repodata."""
+        for group in release.groups:
+            members = self.groups[group.subdir]
+            assert [w.plan for w in members] == list(group.plans), "planned in release order"
+            self._queue_shared(members)
+        while self.packing:
+            self._finish(self.packing[0])
+        for group in release.groups:
+            recipe = self.build / "recipes" / group.subdir / "rattler-build"
+            variants = [w.variant for w in self.groups[group.subdir]]
+            write_release_recipe(variants, group.shared_packages, recipe)
+            index_channel(self.build, group.subdir, self.records[group.subdir])
+
+    def _queue_shared(self, members: list[_Wheel]) -> None:
+        source = members[0]
+        if not source.held:
+            return
+        inputs = tuple(sorted((w.plan.wheel.filename, w.plan.wheel.sha256) for w in members))
+        held, source.held = source.held, ()
+        self._queue(source, held, inputs)
+
+    def _queue(
+        self,
+        wheel: _Wheel,
+        packages: tuple[PackagePlan, ...],
+        inputs: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        if not packages:
+            return
+        directory = self.build / wheel.plan.platform.conda_subdir
+        level = self.options.compression_level
+        jobs = assemble_jobs(
+            wheel.plan,
+            wheel.staged,
+            directory,
+            wheel.variant.builds,
+            wheel.work,
+            level,
+            0,
+            packages,
+            wheel.licenses,
+            inputs,
+        )
+        self.queued += len(jobs)
+        if self.progress is not None:
+            self.progress(f"packing {wheel.plan.wheel.filename}", self.finished, self.queued)
+        for job in jobs:
+            self.packing.append(_Packing(job, self.workers.submit(assemble, job), wheel))
+
+    def _finish_done(self) -> None:
+        """Finish the packages assembled so far, in queue order, without waiting."""
+        while self.packing and self.packing[0].future.done():
+            self._finish(self.packing[0])
+
+    def _finish(self, packing: _Packing) -> None:
+        """Wait for a queued package, finish it, and remove its wheel's scratch once every
+        package of the wheel is finished."""
+        try:
+            result = packing.future.result()
+        except WorkerDied as exc:
+            raise _worker_died(exc) from exc
+        self.packing.remove(packing)
+        _check_assembled(packing.job.name, result)
+        name, record = _finished(packing.job, result)
+        self.records[packing.wheel.plan.platform.conda_subdir][name] = record
+        self.finished += 1
+        if self.progress is not None:
+            self.progress(f"assembled {name}", self.finished, self.queued)
+        wheel = packing.wheel
+        wheel.unfinished -= 1
+        if wheel.unfinished == 0:
+            wheel.scratch.close()
+
+
+def _shared_names(plan: Plan) -> tuple[str, ...]:
+    """The packages a release packages once per platform: those not marked `python`."""
+    return tuple(spec.name for spec in plan.recipe.packages if not spec.python)
 
 
 def _stage(

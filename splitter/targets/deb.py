@@ -23,7 +23,7 @@ from splitter.errors import RecipeError, SplitterError
 from splitter.layout import make_layout
 from splitter.model import Distro, PackagePlan, Plan
 from splitter.output import atomic_output
-from splitter.release import Release
+from splitter.release import Release, ReleasePlanning, planned
 from splitter.targets import debmeta
 from splitter.targets.distro import (
     RECORD,
@@ -62,9 +62,10 @@ class DebBuilder:
         return [out / name for name in written]
 
     def build_release(
-        self, release: Release, out: Path, progress: Progress | None = None
+        self, release: Release | ReleasePlanning, out: Path, progress: Progress | None = None
     ) -> list[Path]:
         """One set of .deb per platform; a distribution has one python3, so one wheel each."""
+        release = planned(release, progress)
         check_one_python(release, "deb")
         with atomic_output(out) as build:
             written = [

@@ -19,7 +19,7 @@ from pathlib import Path
 from splitter.layout import make_layout
 from splitter.model import Plan
 from splitter.output import atomic_output
-from splitter.release import Release
+from splitter.release import Release, ReleasePlanning, planned
 from splitter.targets.deb import check_one_python
 from splitter.targets.distro import (
     RECORD,
@@ -51,9 +51,10 @@ class RpmBuilder:
         return [out / name for name in written]
 
     def build_release(
-        self, release: Release, out: Path, progress: Progress | None = None
+        self, release: Release | ReleasePlanning, out: Path, progress: Progress | None = None
     ) -> list[Path]:
         """One set of .rpm per platform; a distribution has one python3, so one wheel each."""
+        release = planned(release, progress)
         check_one_python(release, "rpm")
         with atomic_output(out) as build:
             written = [

@@ -11,7 +11,7 @@ from pathlib import Path
 from splitter.layout import Layout, make_layout
 from splitter.model import Plan, Rpath
 from splitter.output import atomic_output
-from splitter.release import Release
+from splitter.release import Release, ReleasePlanning, planned
 from splitter.report import dependency_json, verdict_json
 from splitter.targets.stage import Progress, Staged, StagedFile, own_directories, stage
 
@@ -33,11 +33,12 @@ class TreeBuilder:
         return build_tree(plan, out, layout, self.rpath, progress, self.guard)
 
     def build_release(
-        self, release: Release, out: Path, progress: Progress | None = None
+        self, release: Release | ReleasePlanning, out: Path, progress: Progress | None = None
     ) -> list[Path]:
         """OUT/<subdir>/: the shared packages' trees once (from the group's source wheel) and
         each Python package's tree per input wheel, named <package>-py3XY, each with its own
         site-packages and file lists; atomic."""
+        release = planned(release, progress)
         with atomic_output(out) as build:
             for group in release.groups:
                 for plan in group.plans:

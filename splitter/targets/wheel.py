@@ -35,7 +35,7 @@ from splitter.layout import UPSTREAM_CMAKE
 from splitter.model import PackagePlan, Plan
 from splitter.output import atomic_output
 from splitter.payload import Payload
-from splitter.release import Release
+from splitter.release import Release, ReleasePlanning, planned
 from splitter.report import exclusivity_record
 from splitter.targets.generated import exclusive_pairs
 from splitter.targets.stage import Progress
@@ -80,9 +80,10 @@ class WheelBuilder:
         return build_wheels(plan, out, progress, self.guard)
 
     def build_release(
-        self, release: Release, out: Path, progress: Progress | None = None
+        self, release: Release | ReleasePlanning, out: Path, progress: Progress | None = None
     ) -> list[Path]:
         """See build_release_wheels."""
+        release = planned(release, progress)
         return build_release_wheels(release, out, progress, self.guard)
 
 

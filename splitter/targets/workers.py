@@ -15,13 +15,17 @@ import importlib
 import json
 import os
 import pickle
-import selectors
+import queue
 import signal
 import struct
 import subprocess
 import sys
+import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass
 from typing import IO, Any
 
 HEADER = struct.Struct("<Q")
@@ -45,7 +49,13 @@ class WorkerDied(Exception):
 
 class Workers:
     """`count` worker processes, started at once so their start-up (and the import of
-    the modules in `warm`) overlaps the build's own work."""
+    the modules in `warm`) overlaps the build's own work.
+
+    Calls wait in one queue; each process has a thread that takes the next call whenever its
+    process is free, sends it and waits for the answer (holding no GIL while it waits). So a
+    worker that finishes gets the next call at once, whoever queued it, and calls can be
+    queued while the build does something else (`submit`: a release's pipeline) or in a batch
+    (`run`)."""
 
     def __init__(self, count: int, warm: tuple[str, ...]) -> None:
         command = [sys.executable, "-c", SERVE, str(os.getpid()), json.dumps(sys.path), *warm]
@@ -54,6 +64,22 @@ class Workers:
             self._processes.append(
                 subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
             )
+        self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._idle = 0  # threads waiting for a call
+        self._retired: list[subprocess.Popen[bytes]] = []  # their thread took a stop
+
+    def submit(self, function: Callable[[Any], Any], argument: Any) -> Future[Any]:
+        """Queue `function(argument)` for the next free worker; its answer (or the exception
+        it raised, or WorkerDied) arrives in the future. Without workers it runs here, now."""
+        future: Future[Any] = Future()
+        if not self._processes:
+            _call_here(future, function, argument)
+            return future
+        self._start()
+        self._calls.put(_Call(future, function, argument))
+        return future
 
     def run(
         self, function: Callable[[Any], Any], arguments: list[Any], local: bool = False
@@ -62,37 +88,80 @@ class Workers:
         (index, result) as calls finish. A call that raised re-raises here. With `local`, the
         calling process is one more worker: it takes the next argument whenever every worker
         is busy (one process fewer for the same parallelism)."""
-        free = list(self._processes)
-        busy: dict[int, int] = {}  # worker pid -> argument index
-        todo = list(enumerate(arguments))
-        with selectors.DefaultSelector() as selector:
-            while todo or busy:
-                while todo and free:
-                    worker = free.pop(0)
-                    index, argument = todo.pop(0)
-                    _send(_pipe(worker.stdin), (function, argument))
-                    busy[worker.pid] = index
-                    selector.register(_pipe(worker.stdout), selectors.EVENT_READ, worker)
-                # A worker that finished gets the next argument before the caller takes
-                # one: the caller's call blocks this loop, so looking only afterwards would
-                # leave the worker idle for all the arguments the caller works through.
-                ready = selector.select(timeout=0 if local and todo else None)
-                if not ready:
-                    index, argument = todo.pop(0)
-                    yield index, function(argument)
-                    continue
-                for key, _ in ready:
-                    worker = key.data
-                    selector.unregister(key.fileobj)
-                    answer = _receive(_pipe(worker.stdout))
-                    if answer is None:
-                        raise WorkerDied(worker.pid, worker.wait())
-                    index = busy.pop(worker.pid)
-                    free.append(worker)
-                    failed, result = answer
-                    if failed:
-                        raise result
-                    yield index, result
+        if not self._processes:
+            for index, argument in enumerate(arguments):
+                yield index, function(argument)
+            return
+        self._start()
+        calls = [_Call(Future(), function, argument) for argument in arguments]
+        indices = {id(call.future): index for index, call in enumerate(calls)}
+        # With `local`, a call is queued only for an idle worker and the caller takes the
+        # next one when none is idle: so a worker that finishes gets the next call before
+        # the caller takes one, and the caller never takes a call a worker was about to.
+        todo = list(calls) if local else []
+        for call in [] if local else calls:
+            self._calls.put(call)
+        pending = {call.future for call in calls}
+        while pending:
+            while todo and not self._all_busy():
+                self._calls.put(todo.pop(0))
+            if todo:
+                call = todo.pop(0)
+                _call_here(call.future, call.function, call.argument)
+            else:
+                wait(pending, return_when=FIRST_COMPLETED)
+            for future in [f for f in pending if f.done()]:
+                pending.discard(future)
+                yield indices[id(future)], future.result()
+
+    def _all_busy(self) -> bool:
+        """Whether every idle worker has a queued call to take (a thread that has just taken
+        one may still count as idle: then one call too many waits in the queue)."""
+        with self._lock:
+            return self._idle <= self._calls.qsize()
+
+    def _start(self) -> None:
+        """The threads, started at the first call (so `shrink` before it just closes)."""
+        if self._threads:
+            return
+        for process in self._processes:
+            thread = threading.Thread(target=self._feed, args=(process,), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        while not self._all_idle():  # so that `run` does not take the first call itself
+            time.sleep(0.0005)
+
+    def _all_idle(self) -> bool:
+        with self._lock:
+            return self._idle == len(self._threads)
+
+    def _feed(self, process: subprocess.Popen[bytes]) -> None:
+        """A thread's loop: the next call to its process, until a stop (None) arrives."""
+        while True:
+            with self._lock:
+                self._idle += 1
+            call = self._calls.get()
+            with self._lock:
+                self._idle -= 1
+            if call is None:
+                with self._lock:
+                    self._retired.append(process)
+                return
+            if not call.future.set_running_or_notify_cancel():
+                continue
+            try:
+                _send(_pipe(process.stdin), (call.function, call.argument))
+                answer = _receive(_pipe(process.stdout))
+            except OSError:
+                answer = None
+            if answer is None:
+                call.future.set_exception(WorkerDied(process.pid, process.wait()))
+                continue
+            failed, result = answer
+            if failed:
+                call.future.set_exception(result)
+            else:
+                call.future.set_result(result)
 
     @property
     def count(self) -> int:
@@ -101,12 +170,42 @@ class Workers:
 
     def shrink(self, count: int) -> None:
         """Let all but `count` workers exit (a build with fewer jobs than workers)."""
-        surplus, self._processes = self._processes[count:], self._processes[:count]
-        _close(surplus)
+        surplus = len(self._processes) - max(count, 0)
+        if surplus <= 0:
+            return
+        if not self._threads:
+            surplus_processes, self._processes = self._processes[count:], self._processes[:count]
+            _close(surplus_processes)
+            return
+        for _ in range(surplus):
+            self._calls.put(None)
+        while True:  # the threads that took a stop, whichever they are
+            with self._lock:
+                if len(self._retired) >= surplus:
+                    break
+            time.sleep(0.001)
+        with self._lock:
+            gone, self._retired = self._retired, []
+        self._processes = [p for p in self._processes if p not in gone]
+        self._threads = [t for t in self._threads if t.is_alive()]
+        _close(gone)
 
     def close(self) -> None:
-        """Let idle workers exit; kill any still busy (the build failed)."""
+        """Let idle workers exit; kill any still busy (the build failed). Calls still queued
+        are cancelled."""
+        while True:
+            try:
+                call = self._calls.get_nowait()
+            except queue.Empty:
+                break
+            if call is not None:
+                call.future.cancel()
+        for _ in self._threads:
+            self._calls.put(None)
         _close(self._processes)
+        for thread in self._threads:
+            thread.join()
+        self._threads = []
 
     def kill(self) -> None:
         """Stop every worker now."""
@@ -114,6 +213,22 @@ class Workers:
             with contextlib.suppress(OSError):
                 worker.kill()
         self.close()
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    future: Future[Any]
+    function: Callable[[Any], Any]
+    argument: Any
+
+
+def _call_here(future: Future[Any], function: Callable[[Any], Any], argument: Any) -> None:
+    if not future.set_running_or_notify_cancel():
+        return
+    try:
+        future.set_result(function(argument))
+    except Exception as exc:
+        future.set_exception(exc)
 
 
 def _close(processes: list[subprocess.Popen[bytes]]) -> None:
