@@ -52,7 +52,7 @@ class PlatformGroup:
     @property
     def inputs(self) -> tuple[tuple[str, str], ...]:
         """(file name, sha256) of the group's wheels, which its shared packages stand for."""
-        return tuple(sorted((p.wheel.filename, p.wheel.sha256) for p in self.plans))
+        return wheel_inputs(self.plans)
 
     @property
     def source(self) -> Plan:
@@ -162,12 +162,15 @@ def release_order(paths: Sequence[Path]) -> tuple[Path, ...]:
     return tuple(sorted(paths, key=key))
 
 
-def release_sources(plans: Iterable[Plan]) -> dict[str, Plan]:
-    """Each subdir's source wheel among `plans` (in release order): its first."""
-    sources: dict[str, Plan] = {}
-    for plan in plans:
-        sources.setdefault(plan.platform.conda_subdir, plan)
-    return sources
+def shared_packages(recipe: Recipe) -> tuple[str, ...]:
+    """The packages a release packages once per platform: those the recipe does not mark
+    `python`."""
+    return tuple(spec.name for spec in recipe.packages if not spec.python)
+
+
+def wheel_inputs(plans: Iterable[Plan]) -> tuple[tuple[str, str], ...]:
+    """(file name, sha256) of the plans' wheels, sorted: what a shared package stands for."""
+    return tuple(sorted((p.wheel.filename, p.wheel.sha256) for p in plans))
 
 
 def check_release(plans: Sequence[Plan], recipe: Recipe) -> Release:
@@ -177,7 +180,7 @@ def check_release(plans: Sequence[Plan], recipe: Recipe) -> Release:
     by_subdir: dict[str, list[Plan]] = defaultdict(list)
     for plan in plans:
         by_subdir[plan.platform.conda_subdir].append(plan)
-    shared = tuple(spec.name for spec in recipe.packages if not spec.python)
+    shared = shared_packages(recipe)
     groups = []
     for subdir, members in sorted(by_subdir.items()):
         members.sort(key=lambda p: (p.platform.python, p.wheel.filename))

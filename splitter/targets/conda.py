@@ -20,7 +20,7 @@ from splitter.layout import Layout, default_sitedir
 from splitter.model import CondaBackend, PackagePlan, Plan, Rpath
 from splitter.output import atomic_output
 from splitter.payload import Payload
-from splitter.release import Release, ReleasePlanning
+from splitter.release import Release, ReleasePlanning, shared_packages, wheel_inputs
 from splitter.report import exclusivity_record
 from splitter.scratch import scratch_dir
 from splitter.targets.assemble import (
@@ -401,7 +401,7 @@ class ReleasePipeline:
             (self.build / subdir).mkdir()
         members = self.groups[subdir]
         source = members[0].plan if members else plan
-        shared = _shared_names(plan)
+        shared = shared_packages(plan.recipe)
         builds = {p.name: build_string(plan, p) for p in plan.packages} | {
             name: build_string(source, source.package(name)) for name in shared
         }
@@ -448,7 +448,7 @@ class ReleasePipeline:
         source = members[0]
         if not source.held:
             return
-        inputs = tuple(sorted((w.plan.wheel.filename, w.plan.wheel.sha256) for w in members))
+        inputs = wheel_inputs(w.plan for w in members)
         held, source.held = source.held, ()
         self._queue(source, held, inputs)
 
@@ -503,11 +503,6 @@ class ReleasePipeline:
         wheel.unfinished -= 1
         if wheel.unfinished == 0:
             wheel.scratch.close()
-
-
-def _shared_names(plan: Plan) -> tuple[str, ...]:
-    """The packages a release packages once per platform: those not marked `python`."""
-    return tuple(spec.name for spec in plan.recipe.packages if not spec.python)
 
 
 def _stage(
