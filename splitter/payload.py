@@ -21,9 +21,6 @@ from splitter.model import WheelInfo
 from splitter.zipread import BIG, MemberRead, read_member
 
 Progress = Callable[[str, int, int], None]
-# Threads extract() writes with: inflating, hashing and writing release the GIL, so two run
-# in parallel on two cores; each has its own zip handle and descriptor.
-THREADS = 2
 
 
 class Payload:
@@ -100,28 +97,28 @@ def extract(
     progress: Progress | None = None,
 ) -> None:
     """Write each (wheel path, file) verified. Members of at least BIG bytes are written by a
-    helper thread with its own handle on the wheel: inflating, hashing and writing them
-    release the GIL. The many small ones, whose cost is mostly Python's per-member work, are
-    written by the calling thread meanwhile (a second thread for them only contends for the
-    GIL)."""
+    helper thread: inflating, hashing and writing them release the GIL. The many small ones,
+    whose cost is mostly Python's per-member work, are written by the calling thread
+    meanwhile (a second thread for them only contends for the GIL). Both read through one
+    Payload, so the wheel's central directory is parsed once: small members are read with
+    pread, large ones through zipfile, whose reads of the shared file hold its lock."""
     sizes = {e.path: e.size for e in wheel.entries}
     big = [job for job in jobs if sizes[job[0]] >= BIG]
     small = [job for job in jobs if sizes[job[0]] < BIG]
     done = [0]
     lock = threading.Lock()
 
-    def work(bucket: list[tuple[str, str]]) -> None:
-        with Payload(wheel) as payload:
-            for path, target in bucket:
-                payload.copy(path, target)
-                with lock:
-                    done[0] += 1
-                    if progress is not None and done[0] % 200 == 0:
-                        progress("stage", done[0], len(jobs))
+    def work(payload: Payload, bucket: list[tuple[str, str]]) -> None:
+        for path, target in bucket:
+            payload.copy(path, target)
+            with lock:
+                done[0] += 1
+                if progress is not None and done[0] % 200 == 0:
+                    progress("stage", done[0], len(jobs))
 
-    with ThreadPoolExecutor(max_workers=1) as helper:
-        helping = helper.submit(work, big)
+    with Payload(wheel) as payload, ThreadPoolExecutor(max_workers=1) as helper:
+        helping = helper.submit(work, payload, big)
         try:
-            work(small)
+            work(payload, small)
         finally:
             helping.result()

@@ -208,6 +208,43 @@ def test_release_recipe_has_a_variant_per_python(channel: Path) -> None:
             assert not any(r.startswith("python") for r in run)
 
 
+def payload_members(package: Path) -> dict[str, tuple[int, bytes]]:
+    """Every member of a .conda's pkg archive: path -> (mode, bytes)."""
+    import io
+    import tarfile
+
+    import zstandard
+
+    with zipfile.ZipFile(package) as archive:
+        member = next(n for n in archive.namelist() if n.startswith("pkg-"))
+        raw = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(archive.read(member))).read()
+    with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+        return {
+            m.name: (m.mode, tar.extractfile(m).read() if m.isfile() else b"")  # type: ignore[union-attr]
+            for m in tar.getmembers()
+        }
+
+
+@pytest.mark.parametrize("subdir", ["linux-64", "linux-aarch64"])
+def test_a_later_export_holds_what_its_wheel_alone_gives(
+    channel: Path, release_wheels: dict[str, list[Path]], subdir: str, tmp_path: Path
+) -> None:
+    """A release stages the cp311 export pointing at the files the platform's cp310 wheel
+    staged where they are the same; its package must still hold, byte for byte and mode for
+    mode, what a build of the cp311 wheel alone puts in its export."""
+    wheel = next(w for w in release_wheels[subdir] if "-cp311-" in w.name)
+    out = tmp_path / "alone"
+    result = run_splitter("-q", "build", str(wheel), "--target", "conda", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    alone = next((out / subdir).glob("executorch-export-*.conda"))
+    released = next((channel / subdir).glob("executorch-export-*-py311h*.conda"))
+    mine, theirs = payload_members(released), payload_members(alone)
+    assert len(mine) > 4000
+    assert sorted(mine) == sorted(theirs)
+    differing = [name for name in mine if mine[name] != theirs[name]]
+    assert differing == []
+
+
 def test_release_recipe_rebuilds_the_same_packages(
     channel: Path, release_wheels: dict[str, list[Path]], tmp_path: Path
 ) -> None:

@@ -53,6 +53,26 @@ def test_a_worker_that_finishes_gets_the_next_job_before_the_build_takes_one() -
     assert 2 <= worker_jobs <= 4, done
 
 
+def test_the_build_takes_a_queued_call_no_worker_has_taken_and_never_a_running_one() -> None:
+    """`take` runs a submitted call in the build while the worker is busy; the worker then
+    skips it (each call runs once), and a call the worker already runs cannot be taken."""
+    workers = Workers(1, warm=("json",))
+    try:
+        busy = workers.submit(_slow_pid, 0.5)
+        queued = workers.submit(_slow_pid, 0.0)
+        after = workers.submit(_slow_pid, 0.0)
+        while not busy.running():
+            pass
+        assert not workers.take(busy)  # the worker has it
+        assert workers.take(queued)
+        assert queued.result() == os.getpid()
+        assert not workers.take(queued)  # done: not run twice
+        worker = busy.result()
+        assert worker != os.getpid() and after.result() == worker
+    finally:
+        workers.close()
+
+
 def test_no_worker_means_the_build_does_everything() -> None:
     workers = Workers(0, warm=("json",))
     assert set(dict(workers.run(_pid, [0, 1, 2], local=True)).values()) == {os.getpid()}

@@ -41,7 +41,7 @@ from splitter.targets.condameta import (
 )
 from splitter.targets.recipes import write_recipes, write_support
 from splitter.targets.releaserecipe import Variant, support_folders, write_release_recipe
-from splitter.targets.stage import Progress, Staged, stage
+from splitter.targets.stage import Progress, Reusable, Staged, reusable, stage
 from splitter.targets.workers import WorkerDied, Workers, die_with_parent
 
 SIDECAR = "info/splitter-process-exclusive.json"
@@ -223,11 +223,22 @@ def _worker_died(exc: WorkerDied) -> ExternalToolError:
     )
 
 
-def wheel_licenses(plan: Plan, work: Path) -> tuple[str, ...]:
+def wheel_licenses(
+    plan: Plan, work: Path, like: tuple[Plan, tuple[str, ...]] | None = None
+) -> tuple[str, ...]:
     """The wheel's licence files, extracted once into `work` for every package of the wheel,
-    and rattler-build's TMPDIR created beside them."""
+    and rattler-build's TMPDIR created beside them. `like` is another wheel's plan and its
+    extracted licence files: if they are this wheel's, byte for byte (the same names and
+    sha256), they are used as they are (a release: the platform's source wheel)."""
     (work / "tmp").mkdir()
+    if like is not None and _licence_digests(like[0]) == _licence_digests(plan):
+        return like[1]
     return tuple(str(p) for p in _extract_licenses(plan, work / "licenses"))
+
+
+def _licence_digests(plan: Plan) -> list[tuple[str, str]]:
+    digests = {e.path: e.sha256 for e in plan.wheel.entries}
+    return [(name, digests[name]) for name in plan.wheel.license_files]
 
 
 def assemble_jobs(
@@ -328,8 +339,10 @@ def build_conda_release(
 
 @dataclass(slots=True, kw_only=True)
 class _Wheel:
-    """A wheel in the pipeline: its staged packages, its scratch (removed once every package
-    staged from it is finished) and how many of those are not finished yet."""
+    """A wheel in the pipeline: its staged packages, its scratch, and how many queued or held
+    packages read that scratch (its own, and a later wheel's of its platform pointing at its
+    files), plus one while its platform is still planned if it is the platform's source.
+    The scratch is removed when that count reaches zero."""
 
     plan: Plan
     variant: Variant
@@ -339,6 +352,8 @@ class _Wheel:
     scratch: contextlib.ExitStack
     unfinished: int
     held: tuple[PackagePlan, ...]  # a source wheel's shared packages, packed once its group is
+    source: _Wheel | None  # the platform's source wheel, whose files this one points at
+    reusable: Reusable | None = None  # a source wheel's files the later wheels point at
 
 
 @dataclass(slots=True)
@@ -346,6 +361,7 @@ class _Packing:
     job: AssembleJob
     future: Future[Assembled]
     wheel: _Wheel
+    reads: tuple[_Wheel, ...]  # the wheels whose scratch the job's files are in
 
 
 class ReleasePipeline:
@@ -356,8 +372,11 @@ class ReleasePipeline:
     process then plans the next wheel while the workers pack, and finishes each package
     (info additions, repodata record) when it is assembled. So planning, staging and finishing
     in the build process overlap the workers' packing, which is what a release waits for.
-    At most AHEAD wheels wait staged for the workers, which bounds the scratch space, however
-    many wheels. A shared package's description lists every wheel of its platform, so it is
+    A later wheel of a platform points at the files its source wheel staged where it holds
+    the same bytes (stage's `reuse`), so it writes little more than its extension modules, and
+    the source's scratch stays until its platform is planned and packed. Besides that, at most
+    AHEAD wheels wait staged for the workers, which bounds the scratch space, however many
+    wheels. A shared package's description lists every wheel of its platform, so it is
     queued once its group is planned; with the release checked (`complete`), the rest is
     packed, and each subdir gets its recipe and repodata.
 
@@ -366,7 +385,7 @@ class ReleasePipeline:
     no idle core, and its buffers would cost each packing process memory (docs/performance.md).
     """
 
-    AHEAD = 2
+    AHEAD = 3
 
     def __init__(
         self, build: Path, options: CondaOptions, progress: Progress | None, workers: Workers
@@ -408,11 +427,14 @@ class ReleasePipeline:
         variant = Variant(plan=plan, builds=builds)
         mine = tuple(p for p in plan.packages if plan is source or p.name not in shared)
         while len({id(p.wheel) for p in self.packing}) >= self.AHEAD:
-            self._finish(self.packing[0])
+            self._help_or_wait(spare=1)
         scratch = contextlib.ExitStack()
         self.scratches.enter_context(scratch)
         work = scratch.enter_context(scratch_dir(sum(p.bytes for p in mine)))
-        staged = _stage(plan, work, self.options, self.progress, frozenset(p.name for p in mine))
+        first = members[0] if members else None
+        names = frozenset(p.name for p in mine)
+        reuse = first.reusable if first is not None else None
+        staged = _stage(plan, work, self.options, self.progress, names, reuse)
         recipe = self.build / "recipes" / subdir / "rattler-build"
         write_support(plan, staged, recipe, support_folders(variant, mine, shared))
         wheel = _Wheel(
@@ -420,10 +442,14 @@ class ReleasePipeline:
             variant=variant,
             staged=staged,
             work=work,
-            licenses=wheel_licenses(plan, work),
+            licenses=wheel_licenses(
+                plan, work, None if first is None else (first.plan, first.licenses)
+            ),
             scratch=scratch,
-            unfinished=len(mine),
+            unfinished=len(mine) + (first is None),
             held=tuple(p for p in mine if p.name in shared),
+            source=first,
+            reusable=reusable(plan, staged, sorted(names)) if first is None else None,
         )
         members.append(wheel)
         self._queue(wheel, tuple(p for p in mine if p.name not in shared))
@@ -437,7 +463,7 @@ class ReleasePipeline:
             assert [w.plan for w in members] == list(group.plans), "planned in release order"
             self._queue_shared(members)
         while self.packing:
-            self._finish(self.packing[0])
+            self._help_or_wait(spare=0)
         for group in release.groups:
             recipe = self.build / "recipes" / group.subdir / "rattler-build"
             variants = [w.variant for w in self.groups[group.subdir]]
@@ -445,12 +471,15 @@ class ReleasePipeline:
             index_channel(self.build, group.subdir, self.records[group.subdir])
 
     def _queue_shared(self, members: list[_Wheel]) -> None:
+        """The group is planned: queue its shared packages, and let its source's scratch go
+        once nothing reads it."""
         source = members[0]
-        if not source.held:
-            return
+        if source.reusable is None:
+            return  # done before
         inputs = wheel_inputs(w.plan for w in members)
-        held, source.held = source.held, ()
+        held, source.held, source.reusable = source.held, (), None
         self._queue(source, held, inputs)
+        self._release(source)
 
     def _queue(
         self,
@@ -477,8 +506,24 @@ class ReleasePipeline:
         self.queued += len(jobs)
         if self.progress is not None:
             self.progress(f"packing {wheel.plan.wheel.filename}", self.finished, self.queued)
+        reads = (wheel,) if wheel.source is None else (wheel, wheel.source)
+        if wheel.source is not None:
+            wheel.source.unfinished += len(jobs)
         for job in jobs:
-            self.packing.append(_Packing(job, self.workers.submit(assemble, job), wheel))
+            future = self.workers.submit(assemble, job)
+            self.packing.append(_Packing(job, future, wheel, reads))
+
+    def _help_or_wait(self, spare: int) -> None:
+        """Pack the newest package no worker has taken, here, if more than `spare` are
+        waiting (so a worker that finishes still finds one); else wait for the oldest. The
+        build would otherwise sit idle while the workers have a backlog: taking from it
+        keeps both cores packing. rattler-build holds the GIL while it packs, so a progress
+        bar pauses for that package (well under a second for these packages)."""
+        waiting = [p for p in self.packing if not p.future.running() and not p.future.done()]
+        if len(waiting) > spare and self.workers.take(waiting[-1].future):
+            self._finish_done()
+            return
+        self._finish(self.packing[0])
 
     def _finish_done(self) -> None:
         """Finish the packages assembled so far, in queue order, without waiting."""
@@ -499,7 +544,12 @@ class ReleasePipeline:
         self.finished += 1
         if self.progress is not None:
             self.progress(f"assembled {name}", self.finished, self.queued)
-        wheel = packing.wheel
+        for wheel in packing.reads:
+            self._release(wheel)
+
+    @staticmethod
+    def _release(wheel: _Wheel) -> None:
+        """One reader of the wheel's scratch less; the last removes it."""
         wheel.unfinished -= 1
         if wheel.unfinished == 0:
             wheel.scratch.close()
@@ -511,12 +561,15 @@ def _stage(
     options: CondaOptions,
     progress: Progress | None,
     only: frozenset[str] | None = None,
+    reuse: Reusable | None = None,
 ) -> Staged:
     """Stage the plan's packages (or `only` those) under work/stage/<package> as a conda
-    prefix."""
+    prefix, pointing at `reuse`'s copies of the files it has (see stage)."""
     root = work / "stage"
     layout = conda_layout(plan)
-    staged = stage(plan, layout, root.joinpath, Rpath.RELATIVE, progress, options.guard, only=only)
+    staged = stage(
+        plan, layout, root.joinpath, Rpath.RELATIVE, progress, options.guard, only, reuse=reuse
+    )
     release_freed_memory()  # staging's buffers, before the packages are compressed
     return staged
 

@@ -60,6 +60,31 @@ class Staged:
         return self.elsewhere[package]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reusable:
+    """Files another wheel's staging wrote exactly as that wheel holds them (not generated,
+    replaced by the guard or relocated), which a later staging of a wheel with the same
+    files points at instead of writing them again: wheel path -> (sha256, executable, file
+    on disk). Built by `reusable`; the staging it comes from must outlive every use."""
+
+    files: Mapping[str, tuple[str, bool, str]]
+
+
+def reusable(plan: Plan, staged: Staged, packages: Iterable[str]) -> Reusable:
+    """The files of `packages` that `staged` holds unchanged from `plan`'s wheel."""
+    digests = {e.path: e.sha256 for e in plan.wheel.entries}
+    return Reusable(
+        files=MappingProxyType(
+            {
+                item.source: (digests[item.source], item.executable, item.real)
+                for name in packages
+                for item in staged.packages[name]
+                if item.source and item.path not in staged.runpaths
+            }
+        )
+    )
+
+
 def stage(
     plan: Plan,
     layout: Layout,
@@ -69,6 +94,7 @@ def stage(
     guard: bool = False,
     only: frozenset[str] | None = None,
     names: Mapping[str, str] | None = None,
+    reuse: Reusable | None = None,
 ) -> Staged:
     """Write each package under `root_of(package)` (the prefix directory), then relocate.
     Files come from the wheel, verified against the plan's digests (splitter.payload);
@@ -76,7 +102,14 @@ def stage(
 
     `only` stages those packages alone (a release stages its Python-independent packages
     once, from one wheel): the others' files count as installed where the layout puts them,
-    so the resolver still sees the libraries they provide, but are not written."""
+    so the resolver still sees the libraries they provide, but are not written.
+
+    `reuse` (a release: the files its platform's first wheel staged) is not written again
+    where this wheel holds the same bytes (same wheel path and sha256, verified against RECORD
+    by both plans) with the same mode and no edit to make: the file points at that copy. The
+    export of every Python but the first is then mostly its extension modules: the Python
+    sources, data and flatc are the same in every wheel of a platform. Packagers read these
+    files and never change them, so a shared copy gives the same packages."""
     if rpath == Rpath.STRIP and not layout.system_libdir():
         raise SplitterError(
             f"--rpath strip needs a libdir the dynamic linker searches by default, not "
@@ -96,6 +129,9 @@ def stage(
     elf_paths = {b.path for b in plan.binaries}
     roots = {p.name: str(root_of(p.name)) for p in wanted}
     elsewhere: dict[str, list[str]] = {}  # package not staged here -> its installed paths
+    shared = reuse.files if reuse is not None else {}
+    digests = {e.path: e.sha256 for e in plan.wheel.entries}
+    reused: set[str] = set()  # the staged paths that point at another wheel's copy
     for path, dest in sorted(destinations.items()):
         owner = plan.owners[path][0]
         if owner not in staged:
@@ -106,6 +142,22 @@ def stage(
         joined = f"{roots[owner]}/{check_member_name(dest)}"
         executable = entries[path].executable or path in elf_paths
         source = "" if path in replaced else path
+        same = shared.get(path)
+        if (
+            same is not None
+            and source
+            and path not in elf_paths
+            and same[:2]
+            == (
+                digests[path],
+                executable,
+            )
+        ):
+            staged[owner].append(
+                StagedFile(path=dest, real=same[2], executable=executable, source=path)
+            )
+            reused.add(dest)
+            continue
         staged[owner].append(
             StagedFile(path=dest, real=joined, executable=executable, source=source)
         )
@@ -124,6 +176,7 @@ def stage(
         dest = install_path(path, layout, plan.wheel.dist_info)
         assert dest is not None
         real = safe_join(root_of(owner), dest)
+        make_parents(real)  # its __init__.py, replaced too, is there; said, not assumed
         real.write_bytes(data)
         staged[owner].append(StagedFile(path=dest, real=str(real), executable=False))
 
@@ -154,6 +207,8 @@ def stage(
     )
     for files in staged.values():
         for item in files:
+            if item.path in reused:
+                continue  # another staging's file, its mode already this one
             os.chmod(item.real, 0o755 if item.executable else 0o644)
             os.utime(item.real, (plan.wheel.timestamp, plan.wheel.timestamp))
     return Staged(

@@ -69,6 +69,7 @@ class Workers:
         self._lock = threading.Lock()
         self._idle = 0  # threads waiting for a call
         self._retired: list[subprocess.Popen[bytes]] = []  # their thread took a stop
+        self._queued: dict[int, _Call] = {}  # submitted calls no worker has taken yet
 
     def submit(self, function: Callable[[Any], Any], argument: Any) -> Future[Any]:
         """Queue `function(argument)` for the next free worker; its answer (or the exception
@@ -78,8 +79,30 @@ class Workers:
             _call_here(future, function, argument)
             return future
         self._start()
-        self._calls.put(_Call(future, function, argument))
+        call = _Call(future, function, argument)
+        with self._lock:
+            self._queued[id(future)] = call
+        self._calls.put(call)
         return future
+
+    def take(self, future: Future[Any]) -> bool:
+        """Run a submitted call here, in the calling process, if no worker has taken it yet
+        (False if one has, or it is done): the build packs a queued package rather than wait
+        for a busy worker. Whoever takes a call first runs it, never both."""
+        if not self._claim(future):
+            return False
+        with self._lock:
+            call = self._queued.pop(id(future))
+        _run(future, call.function, call.argument)
+        return True
+
+    def _claim(self, future: Future[Any]) -> bool:
+        """Mark a queued call as taken (by a worker's thread or by `take`), under the lock
+        both take it with; False if it was taken or cancelled before."""
+        with self._lock:
+            if future.running() or future.done():
+                return False
+            return future.set_running_or_notify_cancel()
 
     def run(
         self, function: Callable[[Any], Any], arguments: list[Any], local: bool = False
@@ -147,8 +170,10 @@ class Workers:
                 with self._lock:
                     self._retired.append(process)
                 return
-            if not call.future.set_running_or_notify_cancel():
-                continue
+            if not self._claim(call.future):
+                continue  # cancelled, or taken by the build (`take`)
+            with self._lock:
+                self._queued.pop(id(call.future), None)
             try:
                 _send(_pipe(process.stdin), (call.function, call.argument))
                 answer = _receive(_pipe(process.stdout))
@@ -200,6 +225,8 @@ class Workers:
                 break
             if call is not None:
                 call.future.cancel()
+        with self._lock:
+            self._queued.clear()
         for _ in self._threads:
             self._calls.put(None)
         _close(self._processes)
@@ -223,8 +250,12 @@ class _Call:
 
 
 def _call_here(future: Future[Any], function: Callable[[Any], Any], argument: Any) -> None:
-    if not future.set_running_or_notify_cancel():
-        return
+    if future.set_running_or_notify_cancel():
+        _run(future, function, argument)
+
+
+def _run(future: Future[Any], function: Callable[[Any], Any], argument: Any) -> None:
+    """Call `function(argument)` for a future marked running; its result or exception."""
     try:
         future.set_result(function(argument))
     except Exception as exc:
