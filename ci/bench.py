@@ -117,8 +117,12 @@ def _children(root: int) -> list[int]:
 
 
 def _pss_mb(pids: list[int]) -> float:
+    """Summed PSS of `pids`. A child whose command line is its parent's has not exec'd yet:
+    subprocess starts children with vfork, and until exec the child shares the parent's
+    address space, so its PSS is the parent's memory a second time. It is left out (splitter
+    forks no Python children: its workers are started with exec)."""
     total = 0
-    for pid in pids:
+    for pid in _exec_d(pids):
         try:
             with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as rollup:
                 for line in rollup:
@@ -128,6 +132,25 @@ def _pss_mb(pids: list[int]) -> float:
         except OSError:
             continue
     return total / 1024
+
+
+def _exec_d(pids: list[int]) -> list[int]:
+    def cmdline(pid: int) -> bytes:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                return handle.read()
+        except OSError:
+            return b""
+
+    def parent(pid: int) -> int:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+                return int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return 0
+
+    root = set(pids[:1])
+    return [p for p in pids if p in root or cmdline(p) != cmdline(parent(p))]
 
 
 def _shm_used() -> int:

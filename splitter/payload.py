@@ -100,8 +100,8 @@ def extract(
     helper thread: inflating, hashing and writing them release the GIL. The many small ones,
     whose cost is mostly Python's per-member work, are written by the calling thread
     meanwhile (a second thread for them only contends for the GIL). Both read through one
-    Payload, so the wheel's central directory is parsed once: small members are read with
-    pread, large ones through zipfile, whose reads of the shared file hold its lock."""
+    Payload, so the wheel's central directory is parsed once; they read with pread on its
+    descriptor, which needs no lock (splitter.zipread)."""
     sizes = {e.path: e.size for e in wheel.entries}
     big = [job for job in jobs if sizes[job[0]] >= BIG]
     small = [job for job in jobs if sizes[job[0]] < BIG]

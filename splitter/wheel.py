@@ -216,9 +216,8 @@ def _stream_all(
     """(name, member read) in name order. Members of at least BIG bytes are read by a helper
     thread: inflating and hashing release the GIL, so they overlap the calling thread's small
     members and ELF analysis. Small members stay on the calling thread (a second reader for
-    them costs more in GIL hand-offs than it saves) and are read whole with pread on a
-    descriptor of their own, so the helper has `archive` (whose reads zipfile serialises)
-    nearly to itself."""
+    them costs more in GIL hand-offs than it saves). Both read with pread on one descriptor,
+    which needs no lock (splitter.zipread)."""
     names = sorted(infos)
     big = [name for name in names if infos[name].file_size >= BIG]
     with (

@@ -3,10 +3,13 @@ disk. The one member reader behind both the plan's verification of a wheel (spli
 and the targets' verified re-reads (splitter.payload); each compares the result with what it
 trusts (RECORD, or the plan's digests) itself.
 
-Small members are read whole with pread on a descriptor of the caller's and inflated in one
-call, with zipfile's own checks (the local header's signature and name, the CRC, the size):
-zipfile's stream objects cost more per member than inflating a small one. Large members stream
-through zipfile in chunks, so memory does not grow with the largest file.
+Members are read with pread on a descriptor of the caller's, with zipfile's own checks (the
+local header's signature and name, the CRC, the size) and inflated by ISA-L (python-isal),
+whose inflate takes about half zlib's time (docs/performance.md): a release reads every byte
+of ten wheels, and inflating them is most of planning. Small members are read and inflated in
+one call (zipfile's stream objects cost more per member than inflating a small one); large
+ones in chunks, so memory does not grow with the largest file. Members zipfile can read but
+wheels do not use (other compression methods) stream through zipfile.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ import struct
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
-from typing import BinaryIO, NamedTuple
+from typing import BinaryIO, NamedTuple, cast
+
+from isal import igzip_lib, isal_zlib
 
 from splitter.errors import InvalidWheel, OutputError
 
@@ -29,6 +34,9 @@ LOCAL_SIGNATURE = b"PK\x03\x04"
 # Flag bits a member read whole must not carry: encryption, compressed patched data (bit 5)
 # and strong encryption (bit 6), which zipfile refuses too.
 UNREADABLE_FLAGS = 0x1 | 0x20 | 0x40
+
+# What ISA-L's inflate raises on corrupt data (its stub declares the class as an instance).
+ISAL_ERROR = cast(type[Exception], igzip_lib.IsalError)
 
 Wants = Callable[[str, bytes], bool]  # (name, first chunk) -> keep the member's bytes?
 
@@ -59,19 +67,28 @@ def read_member(
                 _write_whole(target, data)
             kept = data if wants is not None and wants(info.filename, data) else None
             return MemberRead(hashlib.sha256(data).digest(), len(data), kept)
-        return _stream_member(archive, info, wants, target)
-    except (zipfile.BadZipFile, zlib.error, EOFError, UnicodeDecodeError) as exc:
+        if _ours(info):
+            return _stream_member(_chunks(descriptor, info), info, wants, target)
+        with archive.open(info) as stream:
+            return _stream_member(iter(lambda: stream.read(CHUNK), b""), info, wants, target)
+    except (
+        zipfile.BadZipFile,
+        zlib.error,
+        ISAL_ERROR,
+        EOFError,
+        UnicodeDecodeError,
+    ) as exc:
         raise InvalidWheel(f"corrupt entry in the wheel ({exc}): {info.filename}") from exc
 
 
 def _stream_member(
-    archive: zipfile.ZipFile, info: zipfile.ZipInfo, wants: Wants | None, target: str | None
+    chunks: Iterator[bytes], info: zipfile.ZipInfo, wants: Wants | None, target: str | None
 ) -> MemberRead:
     digest = hashlib.sha256()
     size = 0
     kept: list[bytes] | None = None
-    with archive.open(info) as stream, _sink(target) as sink:
-        while chunk := stream.read(CHUNK):
+    with _sink(target) as sink:
+        for chunk in chunks:
             if size == 0 and wants is not None and wants(info.filename, chunk):
                 kept = []
             digest.update(chunk)
@@ -87,6 +104,43 @@ def _stream_member(
     return MemberRead(digest.digest(), size, None if kept is None else b"".join(kept))
 
 
+def _ours(info: zipfile.ZipInfo) -> bool:
+    """Whether `info` is read here rather than through zipfile: stored or deflated, with no
+    flag zipfile would refuse."""
+    return (
+        info.compress_type in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
+        and not info.flag_bits & UNREADABLE_FLAGS
+    )
+
+
+def _chunks(descriptor: int, info: zipfile.ZipInfo) -> Iterator[bytes]:
+    """The member's bytes in chunks of at most CHUNK, inflated as they are read, then checked
+    as zipfile checks them: the stream ends where its compressed size does, and the CRC
+    and size are the central directory's."""
+    _, offset = _after_header(descriptor, info, 0)
+    remaining = info.compress_size
+    inflater = isal_zlib.decompressobj(-15) if info.compress_type == zipfile.ZIP_DEFLATED else None
+    crc = size = 0
+    while remaining:
+        raw = os.pread(descriptor, min(CHUNK, remaining), offset)
+        if not raw:
+            raise EOFError("member data ends before its compressed size")
+        offset += len(raw)
+        remaining -= len(raw)
+        while raw:
+            chunk = raw if inflater is None else inflater.decompress(raw, CHUNK)
+            raw = b"" if inflater is None else inflater.unconsumed_tail
+            crc = isal_zlib.crc32(chunk, crc)
+            size += len(chunk)
+            yield chunk
+    if inflater is not None and not inflater.eof:
+        raise EOFError("compressed data ended before the end-of-stream marker was reached")
+    if size != info.file_size:
+        raise zipfile.BadZipFile(f"{size} bytes where the directory says {info.file_size}")
+    if crc != info.CRC:
+        raise zipfile.BadZipFile(f"Bad CRC-32 for file {info.filename!r}")
+
+
 def _whole(info: zipfile.ZipInfo) -> bool:
     """Whether `info` may be read in one pread: stored or deflated, no flag zipfile would
     refuse, and small compressed (a central directory can claim any compressed size; this
@@ -99,7 +153,10 @@ def _whole(info: zipfile.ZipInfo) -> bool:
     )
 
 
-def _inflate_small(descriptor: int, info: zipfile.ZipInfo) -> bytes:
+def _after_header(descriptor: int, info: zipfile.ZipInfo, length: int) -> tuple[bytes, int]:
+    """The first `length` bytes of `info`'s data and where its data starts, its local header
+    checked (the signature, and the name the central directory gives). The name, extra
+    field and data are one read: a small member costs two preads."""
     header = os.pread(descriptor, LOCAL_HEADER.size, info.header_offset)
     if len(header) != LOCAL_HEADER.size:
         raise zipfile.BadZipFile("Truncated file header")
@@ -108,24 +165,28 @@ def _inflate_small(descriptor: int, info: zipfile.ZipInfo) -> bytes:
         raise zipfile.BadZipFile("Bad magic number for file header")
     name_size, extra_size = fields[10], fields[11]
     start = info.header_offset + LOCAL_HEADER.size
-    raw = os.pread(descriptor, name_size + extra_size + info.compress_size, start)
+    raw = os.pread(descriptor, name_size + extra_size + length, start)
     name = raw[:name_size].decode("utf-8" if fields[3] & 0x800 else "cp437")
     if name != info.orig_filename:
         raise zipfile.BadZipFile(
             f"File name in directory {info.orig_filename!r} and header {name!r} differ."
         )
-    compressed = raw[name_size + extra_size :]
+    return raw[name_size + extra_size :], start + name_size + extra_size
+
+
+def _inflate_small(descriptor: int, info: zipfile.ZipInfo) -> bytes:
+    compressed, _ = _after_header(descriptor, info, info.compress_size)
     if len(compressed) != info.compress_size:
         raise EOFError("member data ends before its compressed size")
     data = compressed
     if info.compress_type == zipfile.ZIP_DEFLATED:
-        inflater = zlib.decompressobj(-15)
+        inflater = isal_zlib.decompressobj(-15)
         data = inflater.decompress(compressed, info.file_size + 1)
         if len(data) > info.file_size:
             raise InvalidWheel(f"entry inflates past its declared size: {info.filename}")
         if not inflater.eof:
             raise EOFError("compressed data ended before the end-of-stream marker was reached")
-    if zlib.crc32(data) != info.CRC:
+    if isal_zlib.crc32(data) != info.CRC:
         raise zipfile.BadZipFile(f"Bad CRC-32 for file {info.filename!r}")
     return data
 

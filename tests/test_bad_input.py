@@ -11,6 +11,7 @@ import warnings
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -29,10 +30,12 @@ WHEEL_PATH = "<wheel>"
 Members = list[tuple[zipfile.ZipInfo | str, bytes]]
 
 
-def base_files() -> dict[str, bytes]:
-    """The smallest valid executorch wheel content, without RECORD."""
+def base_files(large: bool = False) -> dict[str, bytes]:
+    """The smallest valid executorch wheel content, without RECORD; with `large`, PAYLOAD is
+    larger than splitter.zipread.BIG, so it is read in chunks rather than whole."""
+    rows = [f"v{i} = {random.Random(i).getrandbits(64)}\n".encode() for i in range(6000)]
     return {
-        PAYLOAD: b"__version__ = '1.5.1'\n" * 40,
+        PAYLOAD: b"".join(rows) if large else b"__version__ = '1.5.1'\n" * 40,
         f"{DIST}/METADATA": METADATA.format(name="executorch", version="1.5.1").encode(),
         f"{DIST}/WHEEL": WHEEL.format(tag=TAG).encode(),
     }
@@ -179,8 +182,8 @@ def lying_size(directory: Path) -> Path:
     return wheel
 
 
-def corrupt_deflate(directory: Path) -> Path:
-    wheel = write_wheel(directory, base_files())
+def corrupt_deflate(directory: Path, large: bool = False) -> Path:
+    wheel = write_wheel(directory, base_files(large))
     data = bytearray(wheel.read_bytes())
     # 0xFF opens a final block of the reserved type 3: inflate fails on the first byte.
     data[data_offset(bytes(data), PAYLOAD)] = 0xFF
@@ -188,8 +191,8 @@ def corrupt_deflate(directory: Path) -> Path:
     return wheel
 
 
-def corrupt_stored(directory: Path) -> Path:
-    files = base_files()
+def corrupt_stored(directory: Path, large: bool = False) -> Path:
+    files = base_files(large)
     payload = files.pop(PAYLOAD)
     wheel = write_wheel(
         directory,
@@ -203,9 +206,9 @@ def corrupt_stored(directory: Path) -> Path:
     return wheel
 
 
-def local_name_differs(directory: Path) -> Path:
+def local_name_differs(directory: Path, large: bool = False) -> Path:
     """The member's local header names another file than the central directory does."""
-    wheel = write_wheel(directory, base_files())
+    wheel = write_wheel(directory, base_files(large))
     data = bytearray(wheel.read_bytes())
     local, _ = member_offsets(bytes(data), PAYLOAD)
     data[local + 30] ^= 0x20  # "executorch/..." -> "Executorch/..." in the local header only
@@ -384,6 +387,11 @@ CASES = [
         id="overlapping-entries",
     ),
     corrupt_entry(local_name_differs, "local-header-name", "and header", "differ"),
+    corrupt_entry(partial(corrupt_deflate, large=True), "corrupt-deflate-large"),
+    corrupt_entry(partial(corrupt_stored, large=True), "corrupt-crc-large", "Bad CRC-32"),
+    corrupt_entry(
+        partial(local_name_differs, large=True), "local-header-name-large", "and header", "differ"
+    ),
     pytest.param(
         Case(
             build=no_dist_info,

@@ -125,9 +125,10 @@ def test_a_narrow_read_ahead_window_gives_the_same_verified_files(
 def test_small_members_read_whole_match_zipfile_streaming(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Members under BIG are read in one pread and inflate, not through zipfile's streams;
-    stored or deflated, empty or not, ELF (kept for analysis) or not, they give the same
-    hashes, kept bytes and copies as zipfile streaming every member (BIG = 0)."""
+    """Members under BIG are read in one pread and inflate, larger ones in chunks; stored or
+    deflated, empty or not, ELF (kept for analysis) or not, both ways give the same hashes,
+    kept bytes and copies (every member streamed in chunks: BIG = 0), and the copies are the
+    bytes zipfile writes into the wheel."""
     import splitter.wheel
     import splitter.zipread
 
