@@ -177,6 +177,8 @@ def main() -> None:
         if "--traceback" in sys.argv[1:]:
             raise
         sys.stderr.write(f"error: {exc}\n")
+        for note in getattr(exc, "__notes__", ()):
+            sys.stderr.write(f"  {note}\n")
         sys.exit(exc.exit_code)
 
 

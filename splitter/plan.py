@@ -32,7 +32,7 @@ from splitter.model import (
     WheelInfo,
 )
 from splitter.selector import Selector
-from splitter.wheel import read_wheel
+from splitter.wheel import Known, read_wheel
 
 Progress = Callable[[str, int, int], None]
 VERSION_FILE = "executorch/version.py"
@@ -40,8 +40,14 @@ VERSION_FILE = "executorch/version.py"
 VERSION_ASSIGNMENT = re.compile(rb"__version__\s*=\s*['\"]([A-Za-z0-9.+!_-]+)['\"]")
 
 
-def make_plan(wheel_path: Path, recipe: Recipe, progress: Progress | None = None) -> Plan:
-    """Read and verify the wheel, analyse its binaries and decide the split; writes nothing."""
+def make_plan(
+    wheel_path: Path,
+    recipe: Recipe,
+    progress: Progress | None = None,
+    known: Known | None = None,
+) -> Plan:
+    """Read and verify the wheel, analyse its binaries and decide the split; writes nothing.
+    `known`: the members the release's earlier plans verified (see read_wheel)."""
     binaries: list[BinaryInfo] = []
     build_version: list[str] = []
     seen = 0
@@ -63,7 +69,7 @@ def make_plan(wheel_path: Path, recipe: Recipe, progress: Progress | None = None
             if match:
                 build_version.append(match.group(1).decode("ascii"))
 
-    wheel = read_wheel(wheel_path, visit, wants)
+    wheel = read_wheel(wheel_path, visit, wants, known)
     check_supported(wheel, recipe)
     platform = decide_platform(wheel)
     conda_requires = conda_requirements(wheel, recipe, platform)

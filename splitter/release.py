@@ -25,6 +25,7 @@ from splitter.errors import ReleaseError, SplitterError
 from splitter.facts import platform_of
 from splitter.model import PackagePlan, Plan, Recipe
 from splitter.plan import make_plan
+from splitter.wheel import Known
 
 Progress = Callable[[str, int, int], None]
 
@@ -113,6 +114,9 @@ class ReleasePlanning:
         self.paths = release_order(paths)
         self.recipe = recipe
         self._plans: list[Plan] = []
+        # What the wheels planned so far verified: the next one's members stored with the
+        # same bytes are not inflated again (read_wheel's `known`), which is most of them.
+        self._known: Known = {}
         self._release: Release | None = None
 
     @classmethod
@@ -132,8 +136,17 @@ class ReleasePlanning:
                 continue
             if progress is not None:
                 progress(f"planning {path.name}", index, len(self.paths))
-            plan = make_plan(path, self.recipe)
+            try:
+                plan = make_plan(path, self.recipe, known=self._known)
+            except SplitterError as exc:
+                # A wheel's own error names the file inside it; among several wheels, say
+                # which wheel (a note, which the CLI prints under the error).
+                if len(self.paths) > 1 and str(path) not in str(exc):
+                    exc.add_note(f"in {path}")
+                raise
             self._plans.append(plan)
+            if len(self._plans) == len(self.paths):
+                self._known = {}  # every wheel read: its memory back
             yield plan
 
     def release(self) -> Release:

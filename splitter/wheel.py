@@ -23,7 +23,16 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from splitter.errors import InvalidWheel
 from splitter.model import WheelEntry, WheelInfo
 from splitter.safepath import check_member_name
-from splitter.zipread import BIG, LOCAL_HEADER, MemberRead, Wants, read_member
+from splitter.zipread import (
+    BIG,
+    LOCAL_HEADER,
+    Fingerprint,
+    MemberRead,
+    Wants,
+    fingerprint,
+    read_member,
+    same_member,
+)
 
 # Deflate cannot exceed ~1032:1; anything claiming more is lying about its size.
 MAX_RATIO = 1100
@@ -34,6 +43,8 @@ MAX_TOTAL = 8 << 30
 AHEAD = 64 << 20  # how far (bytes of members) the helper thread may run ahead of the caller
 
 Visitor = Callable[[str, "bytes | None"], None]  # bytes only for members `wants` selects
+# Members verified in the wheels read before, by path (see read_wheel's `known`)
+Known = dict[str, Fingerprint]
 
 
 def record_hash(data: bytes) -> str:
@@ -46,9 +57,19 @@ def record_digest(digest: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
-def read_wheel(path: Path, visit: Visitor | None = None, wants: Wants | None = None) -> WheelInfo:
+def read_wheel(
+    path: Path,
+    visit: Visitor | None = None,
+    wants: Wants | None = None,
+    known: Known | None = None,
+) -> WheelInfo:
     """Open `path`, verify it completely and describe it; `visit` sees each verified file,
-    with its bytes when `wants(name, first chunk)` asked for them. Nothing is written."""
+    with its bytes when `wants(name, first chunk)` asked for them. Nothing is written.
+
+    `known` (a release: the wheels read before this one, with the same `wants`) holds the
+    fingerprints of members those reads verified and did not keep; a member here stored with
+    the same bytes is not inflated again (its content is the one verified there, and `wants`
+    would not keep it either), and this wheel's other members are added to it."""
     try:
         parse_wheel_filename(path.name)
     except InvalidWheelFilename as exc:
@@ -59,7 +80,7 @@ def read_wheel(path: Path, visit: Visitor | None = None, wants: Wants | None = N
         with path.open("rb") as handle:
             file_sha = hashlib.file_digest(handle, "sha256").hexdigest()
         with _open_zip(path) as archive:
-            return _read_archive(path, archive, file_sha, visit, wants)
+            return _read_archive(path, archive, file_sha, visit, wants, known)
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
         raise InvalidWheel(f"corrupt or truncated wheel ({exc}): {path}") from exc
     except OSError as exc:
@@ -80,6 +101,7 @@ def _read_archive(
     file_sha: str,
     visit: Visitor | None,
     wants: Wants | None,
+    known: Known | None,
 ) -> WheelInfo:
     infos: dict[str, zipfile.ZipInfo] = {}
     total = 0
@@ -122,7 +144,8 @@ def _read_archive(
         raise InvalidWheel(f"file not listed in RECORD: {unlisted[0]}")
 
     entries = []
-    for name, (digest, size, data) in _stream_all(path, archive, infos, wants):
+    for name, read in _stream_all(path, archive, infos, wants, known):
+        digest, size, data, _ = read
         info = infos[name]
         expected_hash, expected_size = record[name]
         if expected_hash:
@@ -131,6 +154,8 @@ def _read_archive(
                 raise InvalidWheel(f"hash mismatch against RECORD ({actual}): {name}")
         if expected_size is not None and expected_size != size:
             raise InvalidWheel(f"size mismatch against RECORD ({size} bytes): {name}")
+        if known is not None and read.stored and data is None and name not in known:
+            known[name] = fingerprint(info, read)
         mode = info.external_attr >> 16
         entries.append(
             WheelEntry(
@@ -212,12 +237,22 @@ def _stream_all(
     archive: zipfile.ZipFile,
     infos: dict[str, zipfile.ZipInfo],
     wants: Wants | None,
+    known: Known | None,
 ) -> Iterator[tuple[str, MemberRead]]:
     """(name, member read) in name order. Members of at least BIG bytes are read by a helper
     thread: inflating and hashing release the GIL, so they overlap the calling thread's small
     members and ELF analysis. Small members stay on the calling thread (a second reader for
     them costs more in GIL hand-offs than it saves). Both read with pread on one descriptor,
-    which needs no lock (splitter.zipread)."""
+    which needs no lock (splitter.zipread). With `known`, a member stored as a known one is
+    only hashed as stored; the others are read with their stored bytes hashed too."""
+    stored = known is not None
+
+    def read(descriptor: int, info: zipfile.ZipInfo) -> MemberRead:
+        same = known.get(info.filename) if known is not None else None
+        if same is not None and same_member(descriptor, info, same):
+            return MemberRead(same.digest, same.size, None)
+        return read_member(archive, descriptor, info, wants, stored=stored)
+
     names = sorted(infos)
     big = [name for name in names if infos[name].file_size >= BIG]
     with (
@@ -237,9 +272,7 @@ def _stream_all(
                     not ahead or pending + infos[big[submitted]].file_size <= AHEAD
                 ):
                     member = infos[big[submitted]]
-                    ahead[member.filename] = helper.submit(
-                        read_member, archive, descriptor, member, wants
-                    )
+                    ahead[member.filename] = helper.submit(read, descriptor, member)
                     pending += member.file_size
                     submitted += 1
                 future = ahead.pop(name, None)
@@ -247,7 +280,7 @@ def _stream_all(
                     pending -= infos[name].file_size
                     yield name, future.result()
                 else:
-                    yield name, read_member(archive, descriptor, infos[name], wants)
+                    yield name, read(descriptor, infos[name])
         finally:
             helper.shutdown(wait=True, cancel_futures=True)  # before the zip closes
 

@@ -42,11 +42,59 @@ Wants = Callable[[str, bytes], bool]  # (name, first chunk) -> keep the member's
 
 
 class MemberRead(NamedTuple):
-    """What reading one member gave: its sha256 digest, its size, and its bytes if kept."""
+    """What reading one member gave: its sha256 digest, its size, its bytes if kept, and the
+    sha256 of its stored (compressed) bytes if asked for."""
 
     digest: bytes
     size: int
     data: bytes | None
+    stored: bytes = b""
+
+
+class Fingerprint(NamedTuple):
+    """A verified member as its wheel stores it: its directory's method, sizes and CRC, the
+    sha256 of its stored bytes, and the sha256 of its content. Inflating is deterministic, so
+    a member of another wheel stored with the same bytes holds the same content: `same_member`
+    verifies it without inflating it again (the wheels of a release store most of their
+    files byte for byte alike)."""
+
+    method: int
+    compressed: int
+    size: int
+    crc: int
+    stored: bytes
+    digest: bytes
+
+
+def fingerprint(info: zipfile.ZipInfo, read: MemberRead) -> Fingerprint:
+    """The fingerprint of `info`, read (with `stored`) as `read`."""
+    assert read.stored, "read with stored=True"
+    return Fingerprint(
+        info.compress_type, info.compress_size, info.file_size, info.CRC, read.stored, read.digest
+    )
+
+
+def same_member(descriptor: int, info: zipfile.ZipInfo, known: Fingerprint) -> bool:
+    """Whether `info` is stored exactly as the member `known` describes: the same directory
+    fields, and stored bytes with the same sha256. False whenever it cannot tell (a header
+    that does not check out, data cut short): reading the member then names the problem."""
+    if (info.compress_type, info.compress_size, info.file_size, info.CRC) != known[:4]:
+        return False
+    if not _ours(info):
+        return False
+    try:
+        head, offset = _after_header(descriptor, info, min(info.compress_size, CHUNK))
+    except (zipfile.BadZipFile, UnicodeDecodeError):
+        return False
+    digest = hashlib.sha256(head)
+    done = len(head)
+    while done < info.compress_size:
+        raw = os.pread(descriptor, min(CHUNK, info.compress_size - done), offset + done)
+        if not raw:
+            return False
+        digest.update(raw)
+        done += len(raw)
+    return done == info.compress_size and digest.digest() == known.stored
 
 
 def read_member(
@@ -55,20 +103,25 @@ def read_member(
     info: zipfile.ZipInfo,
     wants: Wants | None = None,
     target: str | None = None,
+    stored: bool = False,
 ) -> MemberRead:
     """Read `info` from `archive` (`descriptor`: the same file, opened by the caller for
-    pread); keep its bytes when `wants(name, first chunk)` says so, and with `target` also
-    write them there. A corrupt member is an InvalidWheel naming it; a failed write an
-    OutputError naming the file."""
+    pread); keep its bytes when `wants(name, first chunk)` says so, with `target` also write
+    them there, and with `stored` hash its stored bytes too (for a Fingerprint; members of a
+    method read through zipfile get none). A corrupt member is an InvalidWheel naming it; a
+    failed write an OutputError naming the file."""
     try:
         if _whole(info):
-            data = _inflate_small(descriptor, info)
+            compressed, data = _inflate_small(descriptor, info)
             if target is not None:
                 _write_whole(target, data)
             kept = data if wants is not None and wants(info.filename, data) else None
-            return MemberRead(hashlib.sha256(data).digest(), len(data), kept)
+            stamp = hashlib.sha256(compressed).digest() if stored else b""
+            return MemberRead(hashlib.sha256(data).digest(), len(data), kept, stamp)
         if _ours(info):
-            return _stream_member(_chunks(descriptor, info), info, wants, target)
+            raw = hashlib.sha256() if stored else None
+            read = _stream_member(_chunks(descriptor, info, raw), info, wants, target)
+            return read if raw is None else read._replace(stored=raw.digest())
         with archive.open(info) as stream:
             return _stream_member(iter(lambda: stream.read(CHUNK), b""), info, wants, target)
     except (
@@ -113,10 +166,12 @@ def _ours(info: zipfile.ZipInfo) -> bool:
     )
 
 
-def _chunks(descriptor: int, info: zipfile.ZipInfo) -> Iterator[bytes]:
+def _chunks(
+    descriptor: int, info: zipfile.ZipInfo, stored: hashlib._Hash | None = None
+) -> Iterator[bytes]:
     """The member's bytes in chunks of at most CHUNK, inflated as they are read, then checked
     as zipfile checks them: the stream ends where its compressed size does, and the CRC
-    and size are the central directory's."""
+    and size are the central directory's. `stored`, if given, hashes the stored bytes."""
     _, offset = _after_header(descriptor, info, 0)
     remaining = info.compress_size
     inflater = isal_zlib.decompressobj(-15) if info.compress_type == zipfile.ZIP_DEFLATED else None
@@ -127,6 +182,8 @@ def _chunks(descriptor: int, info: zipfile.ZipInfo) -> Iterator[bytes]:
             raise EOFError("member data ends before its compressed size")
         offset += len(raw)
         remaining -= len(raw)
+        if stored is not None:
+            stored.update(raw)
         while raw:
             chunk = raw if inflater is None else inflater.decompress(raw, CHUNK)
             raw = b"" if inflater is None else inflater.unconsumed_tail
@@ -174,7 +231,8 @@ def _after_header(descriptor: int, info: zipfile.ZipInfo, length: int) -> tuple[
     return raw[name_size + extra_size :], start + name_size + extra_size
 
 
-def _inflate_small(descriptor: int, info: zipfile.ZipInfo) -> bytes:
+def _inflate_small(descriptor: int, info: zipfile.ZipInfo) -> tuple[bytes, bytes]:
+    """(stored bytes, content) of a small member, checked."""
     compressed, _ = _after_header(descriptor, info, info.compress_size)
     if len(compressed) != info.compress_size:
         raise EOFError("member data ends before its compressed size")
@@ -188,7 +246,7 @@ def _inflate_small(descriptor: int, info: zipfile.ZipInfo) -> bytes:
             raise EOFError("compressed data ended before the end-of-stream marker was reached")
     if isal_zlib.crc32(data) != info.CRC:
         raise zipfile.BadZipFile(f"Bad CRC-32 for file {info.filename!r}")
-    return data
+    return compressed, data
 
 
 def _write_whole(target: str, data: bytes) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,8 +25,9 @@ from consumer_tools import (
     run_model,
 )
 
-from splitter.errors import ReleaseError
+from splitter.errors import InvalidWheel, ReleaseError
 from splitter.fetch import resolve_inputs
+from splitter.plan import make_plan
 from splitter.recipe import load_recipe
 from splitter.release import Release, make_release
 from splitter.verify.install import conda_info_file
@@ -131,6 +133,70 @@ def test_a_file_differing_beyond_its_build_id_is_refused(
         assert result.returncode == ReleaseError.exit_code, result.stderr
         assert "beyond its GNU build-id: executorch/lib/libexecutorch.so" in result.stderr
     assert sorted(cwd.iterdir()) == []
+
+
+def test_later_wheels_verify_their_shared_members_once(
+    release: Release, release_wheels: dict[str, list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Planned in a release, each wheel after the first inflates only the members no earlier
+    wheel stored with the same bytes (the extension modules, the stamped libraries, RECORD),
+    and its plan is the one it gets alone."""
+    import splitter.wheel as wheel_module
+
+    inflated: list[str] = []
+    original = wheel_module.read_member
+
+    def counting(archive, descriptor, info, wants=None, target=None, stored=False):  # type: ignore[no-untyped-def]
+        inflated.append(info.filename)
+        return original(archive, descriptor, info, wants, target, stored)
+
+    monkeypatch.setattr(wheel_module, "read_member", counting)
+    known: dict[str, object] = {}
+    cp310, cp311, *_ = release_wheels["linux-64"]
+    make_plan(cp310, load_recipe(), known=known)  # type: ignore[arg-type]
+    inflated.clear()
+    later = make_plan(cp311, load_recipe(), known=known)  # type: ignore[arg-type]
+    assert len(later.wheel.entries) == 4605
+    assert 10 < len(inflated) < 40, inflated
+    kept = {b.path for b in later.binaries} | {"executorch/version.py"}  # read for the plan
+    assert {n for n in inflated if ".dist-info/" not in n} == kept, inflated
+    monkeypatch.undo()
+    group = next(g for g in release.groups if g.subdir == "linux-64")
+    assert [p for p in group.plans if p.wheel.filename == cp311.name] == [
+        make_plan(cp311, load_recipe())
+    ]
+
+
+def test_a_corrupt_member_stored_like_a_verified_one_is_refused(
+    release_wheels: dict[str, list[Path]], tmp_path: Path
+) -> None:
+    """A later wheel whose member keeps the directory entry of the earlier wheel's copy (same
+    sizes, same CRC) but not its stored bytes is read in full, and refused naming it."""
+    cp310, cp311, *_ = release_wheels["linux-64"]
+    changed = tmp_path / cp311.name
+    shutil.copyfile(cp311, changed)
+    with zipfile.ZipFile(changed) as archive:
+        info = max(
+            (i for i in archive.infolist() if i.filename.endswith(".py")),
+            key=lambda i: i.compress_size,
+        )
+    with changed.open("r+b") as handle:
+        handle.seek(info.header_offset + 26)
+        lengths = handle.read(4)
+        start = info.header_offset + 30 + int.from_bytes(lengths[:2], "little")
+        start += int.from_bytes(lengths[2:], "little")
+        handle.seek(start + info.compress_size // 2)
+        byte = handle.read(1)
+        handle.seek(start + info.compress_size // 2)
+        handle.write(bytes([byte[0] ^ 0x55]))
+    known: dict[str, object] = {}
+    make_plan(cp310, load_recipe(), known=known)  # type: ignore[arg-type]
+    assert info.filename in known
+    with pytest.raises(InvalidWheel, match=re.escape(info.filename)):
+        make_plan(changed, load_recipe(), known=known)  # type: ignore[arg-type]
+    result = run_splitter("plan", str(cp310), str(changed))
+    assert result.returncode == InvalidWheel.exit_code, result.stderr
+    assert info.filename in result.stderr and f"in {changed}" in result.stderr
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import subprocess
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -125,6 +126,64 @@ def test_relocated_runpaths(tree: Path) -> None:
     assert "$ORIGIN/../../../torch/lib" in info.runpath
     assert not any("cuda" in e or "src/executorch" in e for e in info.runpath)
     assert find_unresolved(files, frozenset(_allowed())) == []
+
+
+def readelf_dynamic(path: Path) -> dict[str, list[str]]:
+    """binutils' reading of a file's NEEDED, SONAME, RUNPATH and RPATH entries."""
+    listing = subprocess.run(
+        ["readelf", "-d", "-W", str(path)], capture_output=True, text=True, check=True
+    ).stdout
+    found: dict[str, list[str]] = {"NEEDED": [], "SONAME": [], "RUNPATH": [], "RPATH": []}
+    for kind, value in re.findall(
+        r"\((NEEDED|SONAME|RUNPATH|RPATH)\)\s+\S+[^\[]*\[(.*)\]$", listing, re.M
+    ):
+        found[kind].append(value)
+    return found
+
+
+def test_the_resolver_reads_what_readelf_reads(
+    tree: Path, real_plan: Plan, real_wheel_aarch64: Path
+) -> None:
+    """The resolver's reading of each relocated binary (program headers only) is binutils'
+    and pyelftools' reading of it, for the x86-64 tree and for the aarch64 wheel's files."""
+    files = [
+        tree / package / relative
+        for package in PACKAGES
+        for relative in staged_files(tree, package)
+        if (tree / package / relative).read_bytes()[:4] == b"\x7fELF"
+    ]
+    assert len(files) == len(real_plan.binaries) == 19
+    aarch64 = tree.parent / "aarch64"
+    with zipfile.ZipFile(real_wheel_aarch64) as archive:
+        for info in archive.infolist():
+            if archive.read(info)[:4] == b"\x7fELF":
+                archive.extract(info, aarch64)
+    machines = [p for p in aarch64.rglob("*") if p.is_file()]
+    assert len(machines) >= 17
+    files += machines
+    for path in files:
+        data = path.read_bytes()
+        quick, full = analyse_elf(path.name, data, registrations=False), analyse_elf("f", data)
+        dynamic = readelf_dynamic(path)
+        assert list(quick.needed) == dynamic["NEEDED"], path
+        assert [quick.soname] == (dynamic["SONAME"] or [""]), path
+        assert ":".join(quick.runpath) == "".join(dynamic["RUNPATH"]), path
+        assert ":".join(quick.rpath) == "".join(dynamic["RPATH"]), path
+        assert quick.machine == full.machine in ("EM_X86_64", "EM_AARCH64"), path
+        assert (quick.soname, quick.needed, quick.runpath, quick.rpath) == (
+            full.soname,
+            full.needed,
+            full.runpath,
+            full.rpath,
+        ), path
+
+
+def test_a_truncated_binary_is_named(tree: Path) -> None:
+    """A binary cut short (its dynamic table past the end) is left to pyelftools, which
+    names it; the quick reading gives up rather than guess."""
+    lib = tree / "executorch-runtime" / PREFIX / "lib/libexecutorch.so"
+    with pytest.raises(BinaryError, match=r"cannot read ELF .*: lib/libexecutorch\.so"):
+        analyse_elf("lib/libexecutorch.so", lib.read_bytes()[:4096], registrations=False)
 
 
 def _allowed() -> set[str]:

@@ -32,7 +32,10 @@ SCHEMA = re.compile(rb"([a-z_][a-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)\([^\x00]*
 # (relative, absolute-with-symbol) relocation types per machine
 RELOC_TYPES = {"EM_X86_64": (8, 1), "EM_AARCH64": (1027, 257)}
 PROGRAM_HEADER = struct.Struct("<IIQQQQQQ")  # Elf64_Phdr, little-endian
-PT_LOAD = 1
+PT_LOAD, PT_DYNAMIC = 1, 2
+# e_machine of the 64-bit little-endian machines the wheels ship, as pyelftools names them
+MACHINES = {62: "EM_X86_64", 183: "EM_AARCH64"}
+DT_NULL, DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME, DT_RPATH, DT_RUNPATH = 0, 1, 5, 10, 14, 15, 29
 
 
 def is_elf(data: bytes) -> bool:
@@ -42,7 +45,12 @@ def is_elf(data: bytes) -> bool:
 
 def analyse_elf(path: str, data: bytes, registrations: bool = True) -> BinaryInfo:
     """Describe the ELF file `data` found at wheel path `path`; without `registrations`, only
-    the dynamic-linking facts, skipping the relocation and string scans that dominate."""
+    the dynamic-linking facts (machine, SONAME, NEEDED, RUNPATH, RPATH; no operators, schemas
+    or unstamped digest), read from the program headers alone where the file allows."""
+    if not registrations:
+        linkage = _linkage(path, data)
+        if linkage is not None:
+            return linkage
     try:
         return _analyse(path, data, registrations)
     # pyelftools reports corrupt input beyond ELFError: OverflowError when an offset or size
@@ -104,6 +112,77 @@ def _analyse(path: str, data: bytes, registrations: bool) -> BinaryInfo:
         et_operators=operators,
         torch_schemas=schemas,
         unstamped_sha256=unstamped_digest(data, _build_id_spans(sections)),
+    )
+
+
+def _linkage(path: str, data: bytes) -> BinaryInfo | None:
+    """The dynamic-linking facts of a 64-bit little-endian ELF file of a known machine, read
+    the way ld.so reads them: PT_DYNAMIC's entries, their strings from DT_STRTAB through the
+    PT_LOAD segment that maps it. A few struct reads, where pyelftools parses every section
+    header: the resolver runs this on every staged binary of every package. Anything
+    unexpected gives None, and pyelftools reads the file (and names what is wrong)."""
+    if data[:6] != b"\x7fELF\x02\x01" or len(data) < 64:
+        return None
+    machine = MACHINES.get(struct.unpack_from("<H", data, 18)[0])
+    (phoff,) = struct.unpack_from("<Q", data, 32)
+    phentsize, phnum = struct.unpack_from("<HH", data, 54)
+    if machine is None or phentsize != PROGRAM_HEADER.size:
+        return None
+    if phoff + phnum * PROGRAM_HEADER.size > len(data):
+        return None
+    loads, dynamic = [], None
+    for index in range(phnum):
+        kind, _, offset, vaddr, _, filesz, _, _ = PROGRAM_HEADER.unpack_from(
+            data, phoff + index * PROGRAM_HEADER.size
+        )
+        if kind == PT_LOAD:
+            loads.append((vaddr, offset, filesz))
+        elif kind == PT_DYNAMIC:
+            dynamic = (offset, filesz)
+    if dynamic is None or dynamic[0] + dynamic[1] > len(data):
+        return None
+    tags: list[tuple[int, int]] = []
+    for tag, value in struct.iter_unpack(
+        "<qQ", data[dynamic[0] : dynamic[0] + dynamic[1] // 16 * 16]
+    ):
+        if tag == DT_NULL:
+            break
+        tags.append((tag, value))
+    else:
+        return None  # no DT_NULL: a truncated table
+    found = dict(tags)
+    strtab = next(
+        (
+            offset + found[DT_STRTAB] - vaddr
+            for vaddr, offset, filesz in loads
+            if DT_STRTAB in found and vaddr <= found[DT_STRTAB] < vaddr + filesz
+        ),
+        None,
+    )
+    if strtab is None or DT_STRSZ not in found or strtab + found[DT_STRSZ] > len(data):
+        return None
+    strings = data[strtab : strtab + found[DT_STRSZ]]
+    values: dict[int, list[str]] = {DT_NEEDED: [], DT_SONAME: [], DT_RPATH: [], DT_RUNPATH: []}
+    for tag, value in tags:
+        if tag in values:
+            end = strings.find(b"\0", value)
+            if end < 0:
+                return None
+            try:
+                values[tag].append(strings[value:end].decode("utf-8"))
+            except UnicodeDecodeError:
+                return None
+    return BinaryInfo(
+        path=path,
+        machine=machine,
+        soname=values[DT_SONAME][-1] if values[DT_SONAME] else "",
+        needed=tuple(values[DT_NEEDED]),
+        # the last of each, as ld.so (which keeps the last it meets) and _analyse take them
+        runpath=tuple(p for p in (values[DT_RUNPATH] or [""])[-1].split(":") if p),
+        rpath=tuple(p for p in (values[DT_RPATH] or [""])[-1].split(":") if p),
+        registry=Registry.NONE,
+        et_operators=(),
+        torch_schemas=(),
     )
 
 
