@@ -14,6 +14,7 @@ wheels; every problem is reported at once.
 
 from __future__ import annotations
 
+import gc
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -145,8 +146,17 @@ class ReleasePlanning:
                     exc.add_note(f"in {path}")
                 raise
             self._plans.append(plan)
+            # A plan lives as long as the release, and the release holds every wheel's (tens of
+            # thousands of objects each): kept out of the cyclic collector's generations, they
+            # are not walked again by each collection while the later wheels are planned and
+            # packed (about 0.3 s of a ten-wheel build). The garbage of planning (pyelftools'
+            # cyclic structures) is collected first, so none of it is frozen; a plan holds no
+            # cycles, so reference counting frees it as usual.
+            gc.collect()
+            gc.freeze()
             if len(self._plans) == len(self.paths):
                 self._known = {}  # every wheel read: its memory back
+                gc.unfreeze()  # planning is over: the collector sees everything again
             yield plan
 
     def release(self) -> Release:
