@@ -10,7 +10,7 @@ import subprocess
 import sys
 import sysconfig
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import Future
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -520,7 +520,7 @@ class ReleasePipeline:
 
     def _help_or_wait(self, spare: int) -> None:
         """Pack the newest package no worker has taken, here, if more than `spare` are
-        waiting (so a worker that finishes still finds one); else wait for the oldest. The
+        waiting (so a worker that finishes still finds one); else wait for any to finish. The
         build would otherwise sit idle while the workers have a backlog: taking from it
         keeps both cores packing. rattler-build holds the GIL while it packs, so a progress
         bar pauses for that package (well under a second for these packages)."""
@@ -528,12 +528,15 @@ class ReleasePipeline:
         if len(waiting) > spare and self.workers.take(waiting[-1].future):
             self._finish_done()
             return
-        self._finish(self.packing[0])
+        wait([p.future for p in self.packing], return_when=FIRST_COMPLETED)
+        self._finish_done()
 
     def _finish_done(self) -> None:
-        """Finish the packages assembled so far, in queue order, without waiting."""
-        while self.packing and self.packing[0].future.done():
-            self._finish(self.packing[0])
+        """Finish every package assembled so far, without waiting: in any order (the records
+        are written sorted), so that the ones the build packed itself, or a worker finished
+        behind a longer one, are not left for the end while the build waits."""
+        for packing in [p for p in self.packing if p.future.done()]:
+            self._finish(packing)
 
     def _finish(self, packing: _Packing) -> None:
         """Wait for a queued package, finish it, and remove its wheel's scratch once every
