@@ -149,9 +149,8 @@ class ReleasePlanning:
             # A plan lives as long as the release, and the release holds every wheel's (tens of
             # thousands of objects each): kept out of the cyclic collector's generations, they
             # are not walked again by each collection while the later wheels are planned and
-            # packed (about 0.3 s of a ten-wheel build). The garbage of planning (pyelftools'
-            # cyclic structures) is collected first, so none of it is frozen; a plan holds no
-            # cycles, so reference counting frees it as usual.
+            # packed. The garbage of planning (pyelftools' cyclic structures) is collected
+            # first, so none of it is frozen.
             gc.collect()
             gc.freeze()
             if len(self._plans) == len(self.paths):

@@ -31,6 +31,7 @@ from splitter.plan import make_plan
 from splitter.recipe import load_recipe
 from splitter.release import Release, make_release
 from splitter.verify.install import conda_info_file
+from splitter.wheel import Known
 
 pytestmark = pytest.mark.integration
 
@@ -151,11 +152,11 @@ def test_later_wheels_verify_their_shared_members_once(
         return original(archive, descriptor, info, wants, target, stored)
 
     monkeypatch.setattr(wheel_module, "read_member", counting)
-    known: dict[str, object] = {}
+    known: Known = {}
     cp310, cp311, *_ = release_wheels["linux-64"]
-    make_plan(cp310, load_recipe(), known=known)  # type: ignore[arg-type]
+    make_plan(cp310, load_recipe(), known=known)
     inflated.clear()
-    later = make_plan(cp311, load_recipe(), known=known)  # type: ignore[arg-type]
+    later = make_plan(cp311, load_recipe(), known=known)
     assert len(later.wheel.entries) == 4605
     assert 10 < len(inflated) < 40, inflated
     kept = {b.path for b in later.binaries} | {"executorch/version.py"}  # read for the plan
@@ -189,11 +190,11 @@ def test_a_corrupt_member_stored_like_a_verified_one_is_refused(
         byte = handle.read(1)
         handle.seek(start + info.compress_size // 2)
         handle.write(bytes([byte[0] ^ 0x55]))
-    known: dict[str, object] = {}
-    make_plan(cp310, load_recipe(), known=known)  # type: ignore[arg-type]
+    known: Known = {}
+    make_plan(cp310, load_recipe(), known=known)
     assert info.filename in known
     with pytest.raises(InvalidWheel, match=re.escape(info.filename)):
-        make_plan(changed, load_recipe(), known=known)  # type: ignore[arg-type]
+        make_plan(changed, load_recipe(), known=known)
     result = run_splitter("plan", str(cp310), str(changed))
     assert result.returncode == InvalidWheel.exit_code, result.stderr
     assert info.filename in result.stderr and f"in {changed}" in result.stderr

@@ -376,14 +376,13 @@ class ReleasePipeline:
     the same bytes (stage's `reuse`), so it writes little more than its extension modules, and
     the source's scratch stays until its platform is planned and packed. Besides that, at most
     AHEAD wheels wait staged for the workers, which bounds the scratch space, however many
-    wheels (a later wheel's scratch is about 14 MB, a source wheel's 71 MB). The bound is
-    loose on purpose: the build helps pack only when it is reached, and planning ahead
+    wheels (a later wheel's scratch holds little more than its extension modules). The bound
+    is loose on purpose: the build helps pack only when it is reached, and planning ahead
     instead keeps the worker's queue full, so that the two processes pack the backlog
-    together at the end rather than the worker waiting while the build packs (six rather
-    than three: 8.27 s rather than 8.51 s for the ten Linux wheels, medians of five; see
-    docs/performance.md). A shared package's description lists every wheel of its platform, so it is
-    queued once its group is planned; with the release checked (`complete`), the rest is
-    packed, and each subdir gets its recipe and repodata.
+    together at the end rather than the worker waiting while the build packs
+    (docs/performance.md). A shared package's description lists every wheel of its
+    platform, so it is queued once its group is planned; with the release checked
+    (`complete`), the rest is packed, and each subdir gets its recipe and repodata.
 
     In a release both cores are busy (the build process plans and stages, the worker packs),
     so every package is compressed with zstd's single-threaded mode: its threads would find
