@@ -27,7 +27,7 @@ from splitter.errors import OutputError
 SCRATCH_ENV = "SPLITTER_SCRATCH"
 SHM = Path("/dev/shm")
 LIVE = "splitter-scratch-"
-NEW = ".splitter-new-"
+NEW = ".splitter-new-"  # earlier splitters created scratch under this name, then renamed it
 MARGIN = 64 << 20
 # Peak scratch of a conda build, as a multiple of the payload: the unpacked tree,
 # rattler-build's copy of it and its temporary archives, with some room to spare.
@@ -35,7 +35,7 @@ PEAK_FACTOR = 4
 # tmpfs pages are RAM: use it only when the peak is at most a quarter of what is available,
 # so a large wheel falls back to disk instead of pressing the machine's memory.
 MEMORY_SHARE = 4
-ABANDONED_AFTER = 3600.0  # seconds; a NEW directory is renamed to LIVE within milliseconds
+ABANDONED_AFTER = 3600.0  # seconds
 
 
 def scratch_base(need: int) -> Path:
@@ -66,23 +66,45 @@ def scratch_dir(need: int) -> Iterator[Path]:
     by the next build)."""
     base = scratch_base(need)
     reap(base)
-    fresh = Path(tempfile.mkdtemp(prefix=NEW, dir=base))
-    fd = os.open(fresh, os.O_RDONLY | os.O_DIRECTORY)
+    directory, fd = _create_locked(base)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        live = fresh.with_name(LIVE + fresh.name.removeprefix(NEW))
-        os.rename(fresh, live)  # only locked directories carry the LIVE name
-        try:
-            yield live
-        finally:
-            shutil.rmtree(live, ignore_errors=True)
+        yield directory
     finally:
+        shutil.rmtree(directory, ignore_errors=True)
         os.close(fd)
-        shutil.rmtree(fresh, ignore_errors=True)
+
+
+def _create_locked(base: Path) -> tuple[Path, int]:
+    """A new directory under `base` and a descriptor holding its flock.
+
+    The directory is created with its final name, so a build killed at any instant leaves
+    nothing the next build's reap would not remove. Between mkdir and flock another build's
+    reap may take the unheld lock and remove the empty directory; the creator then finds its
+    descriptor pointing at a removed directory and makes another.
+    """
+    while True:
+        directory = Path(tempfile.mkdtemp(prefix=LIVE, dir=base))
+        try:
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:
+            continue  # reaped before we opened it
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        held = os.fstat(fd)
+        try:
+            named = directory.stat()
+        except FileNotFoundError:
+            named = None
+        if held.st_nlink and named and (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino):
+            return directory, fd
+        os.close(fd)  # reaped before we locked it
 
 
 def reap(base: Path) -> list[Path]:
-    """Remove scratch directories of builds that died; return them."""
+    """Remove scratch directories of builds that died (their lock is free); return them.
+
+    A NEW directory (an earlier splitter's, killed before renaming it) goes once it is an
+    hour old: that splitter took its lock only after creating it.
+    """
     removed = []
     for stale in sorted(base.glob(LIVE + "*")):
         try:
