@@ -24,7 +24,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from splitter.errors import ReleaseError, SplitterError
 from splitter.facts import platform_of
-from splitter.model import PackagePlan, Plan, Recipe
+from splitter.model import PackagePlan, Plan, Platform, Recipe
 from splitter.plan import make_plan
 from splitter.wheel import Known
 
@@ -297,3 +297,10 @@ def _compare_shared(
 
 ELF_STAMPS = "GNU build-id"
 MACHO_STAMPS = "LC_UUID and code signature"
+
+
+def link_stamps(platform: Platform) -> str:
+    """What the linker stamps per link in this platform's binaries, which a release sets
+    aside when it compares them: said in the shared packages' descriptions, so a macOS
+    package does not claim its files differ only in an ELF note."""
+    return MACHO_STAMPS if platform.macos else ELF_STAMPS

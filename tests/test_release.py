@@ -3,6 +3,7 @@ one plan, one channel, one wheelhouse; shared packages only when their files are
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -235,6 +236,26 @@ def test_one_channel_one_runtime_five_exports(channel: Path, subdir: str) -> Non
         abis += [d.split()[1] for d in depends if d.startswith("python_abi ")]
     assert sorted(abis) == [f"{p}.*" for p in PYTHONS]
     assert sorted(p.name for p in (channel / subdir).glob("*.conda")) == sorted(records)
+
+
+def test_shared_packages_name_every_wheel_they_stand_for(
+    channel: Path, release_wheels: dict[str, list[Path]]
+) -> None:
+    """A shared package's about.json names each wheel of its subdir with the sha256 that
+    hashlib gives for the file, and what was set aside (the GNU build-id); no export claims
+    to stand for other wheels, and the other subdir's wheels appear nowhere."""
+    for subdir, other in (("linux-64", "linux-aarch64"), ("linux-aarch64", "linux-64")):
+        for package in sorted((channel / subdir).glob("*.conda")):
+            text = json.loads(conda_info_file(package, "info/about.json"))["description"]
+            shared = not package.name.startswith("executorch-export-")
+            assert ("same in every wheel of the release" in text) is shared, package.name
+            assert not any(p.name in text for p in release_wheels[other]), package.name
+            if not shared:
+                continue
+            assert "(binaries but for their GNU build-id)" in text, text
+            for wheel in release_wheels[subdir]:
+                digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+                assert f"{wheel.name} (sha256 {digest})" in text, (package.name, wheel.name)
 
 
 def index_json(package: Path) -> dict[str, object]:

@@ -20,7 +20,13 @@ from splitter.layout import Layout, default_sitedir
 from splitter.model import CondaBackend, PackagePlan, Plan, Rpath
 from splitter.output import atomic_output
 from splitter.payload import Payload
-from splitter.release import Release, ReleasePlanning, shared_packages, wheel_inputs
+from splitter.release import (
+    Release,
+    ReleasePlanning,
+    link_stamps,
+    shared_packages,
+    wheel_inputs,
+)
 from splitter.report import exclusivity_record
 from splitter.scratch import scratch_dir
 from splitter.targets.assemble import (
@@ -276,7 +282,7 @@ def assemble_jobs(
             license=plan.wheel.license or None,
             summary=package.summary,
             description=f"{package.summary}. Split by splitter from "
-            f"{plan.wheel.filename} (sha256 {plan.wheel.sha256})." + _release_note(inputs),
+            f"{plan.wheel.filename} (sha256 {plan.wheel.sha256})." + _release_note(plan, inputs),
             depends=tuple(conda_depends(plan, package, dict(builds))),
             license_files=licenses,
             compression_level=compression_level,
@@ -289,13 +295,14 @@ def assemble_jobs(
     ]
 
 
-def _release_note(inputs: tuple[tuple[str, str], ...]) -> str:
+def _release_note(plan: Plan, inputs: tuple[tuple[str, str], ...]) -> str:
+    """For a shared package of a release, the wheels it stands for ("" otherwise)."""
     if not inputs:
         return ""
     listed = ", ".join(f"{name} (sha256 {sha})" for name, sha in inputs)
     return (
-        " Its files are the same in every wheel of the release (ELF files but for their GNU "
-        f"build-id), which were: {listed}."
+        " Its files are the same in every wheel of the release (binaries but for their "
+        f"{link_stamps(plan.platform)}), which were: {listed}."
     )
 
 

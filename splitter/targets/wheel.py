@@ -35,7 +35,7 @@ from splitter.layout import UPSTREAM_CMAKE
 from splitter.model import PackagePlan, Plan
 from splitter.output import atomic_output
 from splitter.payload import Payload
-from splitter.release import Release, ReleasePlanning, planned
+from splitter.release import Release, ReleasePlanning, link_stamps, planned
 from splitter.report import exclusivity_record
 from splitter.targets.generated import exclusive_pairs
 from splitter.targets.stage import Progress
@@ -196,8 +196,8 @@ def description(plan: Plan, package: PackagePlan, inputs: tuple[tuple[str, str],
     if inputs:
         listed = "".join(f"\n- {name} (sha256 {sha})" for name, sha in inputs)
         text += (
-            " Its files are the same in every wheel of the release (ELF files but for their "
-            f"GNU build-id), which were:{listed}\n"
+            " Its files are the same in every wheel of the release (binaries but for their "
+            f"{link_stamps(plan.platform)}), which were:{listed}\n"
         )
     named = {canonicalize_name(Requirement(r).name) for r in plan.wheel.requires_dist}
     added = [e.pip for e in package.externals if canonicalize_name(e.name) not in named]
