@@ -349,8 +349,8 @@ def main() -> None:
         only.discard("synthetic")
     wheel = args.wheel
     if not wheel.endswith(".whl"):
-        from splitter.fetch import resolve_input
-        from splitter.recipe import load_recipe
+        from splitter.input.fetch import resolve_input
+        from splitter.plan.recipe import load_recipe
 
         wheel = str(resolve_input(wheel, load_recipe()))
     print(
@@ -422,8 +422,8 @@ def main() -> None:
             "target: >= 3x splitter",
         )
     if "release" in only:
-        from splitter.fetch import resolve_inputs
-        from splitter.recipe import load_recipe
+        from splitter.input.fetch import resolve_inputs
+        from splitter.plan.recipe import load_recipe
 
         wheels = [str(p) for p in resolve_inputs([], load_recipe(), "all", "all")]
         print(f"release: {len(wheels)} wheels (cp310-cp314, linux-64 and linux-aarch64)")

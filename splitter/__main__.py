@@ -1,6 +1,6 @@
 """`python -m splitter`, and the `splitter` console script.
 
-The script imports `main` from here, not from splitter.cli, so that importing this module
+The script imports `main` from here, not from splitter.cli.app, so that importing this module
 stays cheap: anything that re-runs the script's imports in a child (multiprocessing's spawn
 does) would otherwise import the whole CLI (typer, rich, pyelftools) in every child.
 """
@@ -14,7 +14,7 @@ def main() -> None:
     that finalization does not walk every object only to free them all."""
     import gc
 
-    from splitter.cli import main as cli_main
+    from splitter.cli.app import main as cli_main
 
     gc.freeze()
     try:

@@ -255,7 +255,7 @@ class Verdict:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Platform:
-    """Where the wheel's binaries run, from its tags (see splitter.facts)."""
+    """Where the wheel's binaries run, from its tags (see splitter.plan.facts)."""
 
     tag: str  # the wheel's platform tag, e.g. manylinux_2_28_x86_64
     machine: str  # x86_64 or aarch64, as PEP 508's platform_machine says it

@@ -8,7 +8,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from splitter.wheel import record_hash
+from splitter.input.wheel import record_hash
 
 METADATA = """Metadata-Version: 2.1
 Name: {name}

@@ -44,7 +44,7 @@ def _pip_download(
 ) -> None:
     """splitter's own atomic download, for a platform too (splitter's cache lookup must never
     see half a wheel)."""
-    from splitter.fetch import download_wheels
+    from splitter.input.fetch import download_wheels
 
     options = ("--platform", platform, "--python-version", python) if platform else ()
     download_wheels(requirement, directory, options)
@@ -95,8 +95,8 @@ def unpacked_wheel(real_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -
 @pytest.fixture(scope="session")
 def real_plan(real_wheel: Path):  # type: ignore[no-untyped-def]
     """The plan of the real wheel with the shipped recipe."""
-    from splitter.plan import make_plan
-    from splitter.recipe import load_recipe
+    from splitter.plan.make import make_plan
+    from splitter.plan.recipe import load_recipe
 
     return make_plan(real_wheel, load_recipe())
 

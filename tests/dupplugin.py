@@ -31,7 +31,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from splitter.wheel import record_hash
+from splitter.input.wheel import record_hash
 
 PLUGIN_SOURCE = Path(__file__).parent / "data" / "dup_plugin" / "dup_plugin.cpp"
 PLUGIN_ARCNAME = "executorch/kernels/quantized/libquantized_ops_aot_lib.so"

@@ -12,7 +12,7 @@ def killed(job: object) -> object:
     """SIGKILL this worker mid-job; the build's own share of the jobs (the build process sets
     DYING_BUILD_PID to its pid) is assembled for real."""
     if str(os.getpid()) == os.environ.get("DYING_BUILD_PID"):
-        from splitter.targets.assemble import assemble
+        from splitter.targets.conda.assemble import assemble
 
         return assemble(job)  # type: ignore[arg-type]
     os.kill(os.getpid(), signal.SIGKILL)

@@ -18,7 +18,7 @@ import pytest
 from builders import METADATA, WHEEL, make_wheel, record_hash
 
 from splitter.errors import InvalidWheel, UnsupportedWheel
-from splitter.safepath import safe_join
+from splitter.input.safepath import safe_join
 
 TAG = "cp311-cp311-manylinux_2_28_x86_64"
 DIST = "executorch-1.5.1.dist-info"

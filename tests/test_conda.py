@@ -25,11 +25,11 @@ from consumer_tools import (
 
 from splitter.binaries.resolve import find_unresolved
 from splitter.errors import SplitterError
-from splitter.layout import make_layout
 from splitter.model import Plan
-from splitter.plan import make_plan
-from splitter.recipe import load_recipe
-from splitter.targets.conda import build_conda, index_channel
+from splitter.plan.layout import make_layout
+from splitter.plan.make import make_plan
+from splitter.plan.recipe import load_recipe
+from splitter.targets.conda.build import build_conda, index_channel
 from splitter.targets.tree import build_tree
 from splitter.verify.install import conda_info_file
 

@@ -17,14 +17,14 @@ import pytest
 from consumer_tools import build_consumer, cmake_executable, expected_output, run_model
 
 from splitter.errors import RecipeError, SplitterError
-from splitter.layout import install_path, make_layout
 from splitter.model import Plan
-from splitter.plan import make_plan
-from splitter.recipe import load_recipe
-from splitter.release import PlatformGroup, Release
-from splitter.targets.deb import DebBuilder
-from splitter.targets.distro import tool_path
-from splitter.targets.generated import generated_files
+from splitter.plan.layout import install_path, make_layout
+from splitter.plan.make import make_plan
+from splitter.plan.recipe import load_recipe
+from splitter.plan.release import PlatformGroup, Release
+from splitter.targets.distro.common import tool_path
+from splitter.targets.distro.deb import DebBuilder
+from splitter.targets.generated.files import generated_files
 
 pytestmark = pytest.mark.integration
 
@@ -381,7 +381,7 @@ def test_cli_bad_recipe_exits_nonzero_and_writes_nothing(real_wheel: Path, tmp_p
 def test_release_of_two_platforms_builds_each(
     real_wheel: Path, real_wheel_aarch64: Path, tmp_path: Path
 ) -> None:
-    from splitter.release import make_release
+    from splitter.plan.release import make_release
 
     release = make_release([real_wheel, real_wheel_aarch64], load_recipe())
     written = DebBuilder().build_release(release, tmp_path / "out")

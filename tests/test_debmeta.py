@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from splitter.targets import debmeta
+from splitter.targets.distro import debmeta
 
 
 @pytest.mark.parametrize(

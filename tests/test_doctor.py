@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from splitter.binaries.elf import REGISTER_KERNELS
-from splitter.doctor import (
+from splitter.doctor.diagnose import (
     Diagnosis,
     DoctorError,
     diagnose_binary,

@@ -14,11 +14,11 @@ import pytest
 from conda_tools import torch_python
 from consumer_tools import cmake_executable
 
-from splitter.layout import make_layout
 from splitter.model import Plan
-from splitter.plan import make_plan
-from splitter.recipe import load_recipe
-from splitter.targets.conda import build_conda
+from splitter.plan.layout import make_layout
+from splitter.plan.make import make_plan
+from splitter.plan.recipe import load_recipe
+from splitter.targets.conda.build import build_conda
 from splitter.targets.tree import build_tree
 from splitter.targets.wheel import build_wheels
 from splitter.verify.run import verify
@@ -288,7 +288,7 @@ def test_guard_reads_only_the_verified_init(dup_plan: Plan, tmp_path: Path) -> N
     from builders import replace_member
 
     from splitter.errors import InvalidWheel
-    from splitter.guard import guard_files
+    from splitter.targets.generated.guard import guard_files
 
     wheel = tmp_path / dup_plan.wheel.filename
     shutil.copyfile(dup_plan.wheel.path, wheel)

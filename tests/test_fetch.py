@@ -11,13 +11,13 @@ import pytest
 from builders import make_wheel
 from packaging.tags import sys_tags
 
-from splitter.fetch import resolve_input
-from splitter.recipe import load_recipe
+from splitter.input.fetch import resolve_input
+from splitter.plan.recipe import load_recipe
 
 RESOLVE = (
     "import sys\n"
-    "from splitter.fetch import resolve_input\n"
-    "from splitter.recipe import load_recipe\n"
+    "from splitter.input.fetch import resolve_input\n"
+    "from splitter.plan.recipe import load_recipe\n"
     "print(resolve_input(sys.argv[1], load_recipe()))\n"
 )
 

@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 from splitter.binaries.elf import analyse_elf
 from splitter.errors import BinaryError, InvalidWheel, RecipeError, SplitterError
 from splitter.model import BinaryInfo, Recipe
-from splitter.plan import make_plan
-from splitter.recipe import load_recipe
+from splitter.plan.make import make_plan
+from splitter.plan.recipe import load_recipe
 
 SHIPPED = Path(__file__).resolve().parents[1] / "recipes" / "executorch.toml"
 TAG = "cp311-cp311-manylinux_2_28_x86_64"

@@ -22,10 +22,10 @@ from splitter.binaries.relocate import set_macho_rpaths
 from splitter.binaries.resolve import find_unresolved
 from splitter.errors import BinaryError, ReleaseError, SplitterError
 from splitter.model import BinaryInfo, Plan
-from splitter.plan import make_plan
-from splitter.recipe import load_recipe
-from splitter.release import make_release
-from splitter.targets.condameta import conda_depends
+from splitter.plan.make import make_plan
+from splitter.plan.recipe import load_recipe
+from splitter.plan.release import make_release
+from splitter.targets.conda.meta import conda_depends
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,5 @@
-"""The targets' verified re-read of the wheel (splitter.payload) and the member reader behind
-it and the plan's own read (splitter.zipread): exactly the verified bytes, or an error naming
+"""The targets' verified re-read of the wheel (splitter.input.payload) and the member reader behind
+it and the plan's own read (splitter.input.zipread): exactly the verified bytes, or an error naming
 the file; and planning writes nothing."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 from builders import METADATA, WHEEL, make_wheel, replace_member
 
 from splitter.errors import InvalidWheel, OutputError
-from splitter.payload import Payload, extract
-from splitter.wheel import read_wheel, record_hash
+from splitter.input.payload import Payload, extract
+from splitter.input.wheel import read_wheel, record_hash
 
 DIST_INFO = "executorch-1.5.1.dist-info"
 
@@ -104,7 +104,7 @@ def test_a_narrow_read_ahead_window_gives_the_same_verified_files(
 ) -> None:
     """The helper thread runs at most AHEAD bytes ahead; with a window smaller than any
     member (one at a time), every member is still read and verified once, in order."""
-    import splitter.wheel
+    import splitter.input.wheel
 
     files = {f"executorch/lib{i}.so": b"\x7fELF" + os.urandom(200 << 10) for i in range(6)}
     files["executorch/small.py"] = b"x = 1\n"
@@ -116,7 +116,7 @@ def test_a_narrow_read_ahead_window_gives_the_same_verified_files(
         return info.entries, seen
 
     wide = read()
-    monkeypatch.setattr(splitter.wheel, "AHEAD", 1)
+    monkeypatch.setattr(splitter.input.wheel, "AHEAD", 1)
     narrow = read()
     assert narrow == wide
     assert [name for name, _ in narrow[1]] == sorted(name for name, _ in narrow[1])
@@ -129,8 +129,8 @@ def test_small_members_read_whole_match_zipfile_streaming(
     deflated, empty or not, ELF (kept for analysis) or not, both ways give the same hashes,
     kept bytes and copies (every member streamed in chunks: BIG = 0), and the copies are the
     bytes zipfile writes into the wheel."""
-    import splitter.wheel
-    import splitter.zipread
+    import splitter.input.wheel
+    import splitter.input.zipread
 
     files = {
         "executorch/empty.py": b"",
@@ -163,8 +163,8 @@ def test_small_members_read_whole_match_zipfile_streaming(
 
     for wheel in (deflated, stored):
         whole = read(wheel, tmp_path / wheel.parent.name / "whole")
-        monkeypatch.setattr(splitter.zipread, "BIG", 0)
-        monkeypatch.setattr(splitter.wheel, "BIG", 0)
+        monkeypatch.setattr(splitter.input.zipread, "BIG", 0)
+        monkeypatch.setattr(splitter.input.wheel, "BIG", 0)
         streamed = read(wheel, tmp_path / wheel.parent.name / "streamed")
         monkeypatch.undo()
         assert whole == streamed

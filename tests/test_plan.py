@@ -10,9 +10,9 @@ from builders import run_splitter
 
 from splitter.errors import ExclusivityError
 from splitter.model import Plan
-from splitter.plan import make_plan
-from splitter.recipe import load_recipe
-from splitter.report import plan_json
+from splitter.plan.make import make_plan
+from splitter.plan.recipe import load_recipe
+from splitter.plan.report import plan_json
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ import pytest
 from builders import make_wheel
 
 from splitter.errors import RecipeError
-from splitter.recipe import load_recipe
+from splitter.plan.recipe import load_recipe
 
 SHIPPED = Path(__file__).resolve().parents[1] / "recipes" / "executorch.toml"
 

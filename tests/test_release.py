@@ -27,12 +27,12 @@ from consumer_tools import (
 )
 
 from splitter.errors import InvalidWheel, ReleaseError
-from splitter.fetch import resolve_inputs
-from splitter.plan import make_plan
-from splitter.recipe import load_recipe
-from splitter.release import Release, make_release
+from splitter.input.fetch import resolve_inputs
+from splitter.input.wheel import Known
+from splitter.plan.make import make_plan
+from splitter.plan.recipe import load_recipe
+from splitter.plan.release import Release, make_release
 from splitter.verify.install import conda_info_file
-from splitter.wheel import Known
 
 pytestmark = pytest.mark.integration
 
@@ -143,7 +143,7 @@ def test_later_wheels_verify_their_shared_members_once(
     """Planned in a release, each wheel after the first inflates only the members no earlier
     wheel stored with the same bytes (the extension modules, the stamped libraries, RECORD),
     and its plan is the one it gets alone."""
-    import splitter.wheel as wheel_module
+    import splitter.input.wheel as wheel_module
 
     inflated: list[str] = []
     original = wheel_module.read_member
@@ -203,7 +203,7 @@ def test_a_corrupt_member_stored_like_a_verified_one_is_refused(
 
 @pytest.fixture(scope="module")
 def channel(release: Release, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from splitter.targets.conda import CondaOptions, build_conda_release
+    from splitter.targets.conda.build import CondaOptions, build_conda_release
 
     out = tmp_path_factory.mktemp("release") / "channel"
     build_conda_release(release, out, CondaOptions(compression_level=1))
@@ -623,9 +623,9 @@ def test_a_wheel_failing_while_the_previous_one_packs_leaves_nothing(
     build stops with the resolver's error, OUT does not exist, and no scratch directory or
     worker process is left."""
     from splitter.errors import BinaryError
-    from splitter.scratch import SCRATCH_ENV
     from splitter.targets import stage as staging
-    from splitter.targets.conda import CondaOptions, build_conda_release
+    from splitter.targets.conda.build import CondaOptions, build_conda_release
+    from splitter.targets.scratch import SCRATCH_ENV
 
     scratch = tmp_path / "scratch"
     scratch.mkdir()
@@ -647,7 +647,7 @@ def test_a_wheel_failing_while_the_previous_one_packs_leaves_nothing(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["scratch"]
     assert list(scratch.iterdir()) == []
     children = subprocess.run(
-        ["pgrep", "-P", str(os.getpid()), "-f", "splitter.targets.workers"],
+        ["pgrep", "-P", str(os.getpid()), "-f", "splitter.targets.conda.workers"],
         capture_output=True,
         text=True,
         check=False,

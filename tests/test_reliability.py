@@ -33,7 +33,7 @@ from splitter.errors import (
     RecipeError,
     SplitterError,
 )
-from splitter.recipe import default_recipe_path
+from splitter.plan.recipe import default_recipe_path
 
 pytestmark = pytest.mark.integration
 
@@ -391,7 +391,7 @@ def survivors(group: int, wait: float = 10.0) -> list[int]:
 PUBLISH = r"""
 import os, shutil, signal, sys
 from pathlib import Path
-from splitter.output import atomic_output
+from splitter.targets.output import atomic_output
 
 source, out, kill_at = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 # chmod is left out: atomic_output normalises the modes of every staged file before
@@ -483,8 +483,8 @@ def test_sigkill_at_every_publishing_step(
 
 FAIL_INDEX = """
 import sys
-import splitter.targets.conda as conda
-from splitter.cli import main
+import splitter.targets.conda.build as conda
+from splitter.cli.app import main
 from splitter.errors import ExternalToolError
 
 def index_channel(channel, subdir, records=None):
@@ -525,8 +525,8 @@ import sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 import os
 import dying
-import splitter.targets.conda as conda
-from splitter.cli import main
+import splitter.targets.conda.build as conda
+from splitter.cli.app import main
 
 conda.assemble = dying.killed  # what the workers are sent, by reference
 os.environ["DYING_BUILD_PID"] = str(os.getpid())  # the build's own jobs run for real
@@ -693,10 +693,10 @@ def test_a_wheel_replaced_after_it_was_verified_is_refused(
     target read the wheel a second time. If the file at its path was replaced after the plan
     verified it, here by a valid wheel with one file changed, the build names that file and
     OUT gets nothing: the split never mixes two wheels."""
-    from splitter.layout import make_layout
-    from splitter.plan import make_plan
-    from splitter.recipe import load_recipe
-    from splitter.targets.conda import build_conda
+    from splitter.plan.layout import make_layout
+    from splitter.plan.make import make_plan
+    from splitter.plan.recipe import load_recipe
+    from splitter.targets.conda.build import build_conda
     from splitter.targets.tree import build_tree
     from splitter.targets.wheel import build_wheels
 

@@ -14,12 +14,12 @@ import pytest
 from consumer_tools import build_consumer, cmake_executable, expected_output, run_model
 
 from splitter.errors import RecipeError, SplitterError
-from splitter.layout import install_path, make_layout
 from splitter.model import Plan
-from splitter.plan import make_plan
-from splitter.recipe import load_recipe
-from splitter.targets.generated import generated_files
-from splitter.targets.rpm import RpmBuilder
+from splitter.plan.layout import install_path, make_layout
+from splitter.plan.make import make_plan
+from splitter.plan.recipe import load_recipe
+from splitter.targets.distro.rpm import RpmBuilder
+from splitter.targets.generated.files import generated_files
 
 pytestmark = pytest.mark.integration
 

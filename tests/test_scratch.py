@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from splitter import scratch
 from splitter.errors import OutputError
+from splitter.targets import scratch
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from splitter.scratch import scratch_dir
+from splitter.targets.scratch import scratch_dir
 with scratch_dir(0) as directory:
     (directory / "payload").write_bytes(b"x" * 4096)
     print(directory, flush=True)
@@ -125,7 +125,7 @@ def test_a_directory_reaped_before_its_build_locked_it_is_replaced(
 
 KILLED_AFTER_MKDIR = """
 import os, signal, tempfile
-from splitter import scratch
+from splitter.targets import scratch
 mkdtemp = tempfile.mkdtemp
 def mkdtemp_then_die(**kwargs):
     mkdtemp(**kwargs)

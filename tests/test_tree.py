@@ -24,8 +24,8 @@ import splitter.targets.stage as stage_module
 from splitter.binaries.elf import analyse_elf
 from splitter.binaries.resolve import find_unresolved
 from splitter.errors import BinaryError, SplitterError
-from splitter.layout import make_layout
 from splitter.model import Plan
+from splitter.plan.layout import make_layout
 from splitter.targets.tree import build_tree
 
 pytestmark = pytest.mark.integration
@@ -189,7 +189,7 @@ def test_a_truncated_binary_is_named(tree: Path) -> None:
 
 
 def _allowed() -> set[str]:
-    from splitter.recipe import load_recipe
+    from splitter.plan.recipe import load_recipe
 
     recipe = load_recipe()
     return set(recipe.system_sonames) | {s for e in recipe.externals for s in e.sonames}

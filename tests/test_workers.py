@@ -1,4 +1,4 @@
-"""The build's worker processes (splitter.targets.workers): real interpreters, real pipes."""
+"""The build's worker processes (splitter.targets.conda.workers): real interpreters, real pipes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import dying
 import pytest
 
-from splitter.targets.workers import WorkerDied, Workers
+from splitter.targets.conda.workers import WorkerDied, Workers
 
 
 def test_every_call_answers_once_on_the_workers() -> None:

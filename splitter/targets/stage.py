@@ -23,12 +23,12 @@ from splitter.binaries.relocate import (
 )
 from splitter.binaries.resolve import check_resolved
 from splitter.errors import SplitterError
-from splitter.guard import guard_files
-from splitter.layout import Layout, install_path
+from splitter.input.payload import extract
+from splitter.input.safepath import check_member_name, safe_join
 from splitter.model import BinaryInfo, Plan, Rpath
-from splitter.payload import extract
-from splitter.safepath import check_member_name, safe_join
-from splitter.targets.generated import generated_files
+from splitter.plan.layout import Layout, install_path
+from splitter.targets.generated.files import generated_files
+from splitter.targets.generated.guard import guard_files
 
 Progress = Callable[[str, int, int], None]
 
@@ -97,7 +97,7 @@ def stage(
     reuse: Reusable | None = None,
 ) -> Staged:
     """Write each package under `root_of(package)` (the prefix directory), then relocate.
-    Files come from the wheel, verified against the plan's digests (splitter.payload);
+    Files come from the wheel, verified against the plan's digests (splitter.input.payload);
     `names` are the package names the generated CMake config tells users to install.
 
     `only` stages those packages alone (a release stages its Python-independent packages

@@ -8,11 +8,11 @@ import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
-from splitter.layout import Layout, make_layout
 from splitter.model import Plan, Rpath
-from splitter.output import atomic_output
-from splitter.release import Release, ReleasePlanning, planned
-from splitter.report import dependency_json, verdict_json
+from splitter.plan.layout import Layout, make_layout
+from splitter.plan.release import Release, ReleasePlanning, planned
+from splitter.plan.report import dependency_json, verdict_json
+from splitter.targets.output import atomic_output
 from splitter.targets.stage import Progress, Staged, StagedFile, own_directories, stage
 
 

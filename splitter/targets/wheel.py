@@ -19,7 +19,13 @@ from packaging.metadata import Metadata, RawMetadata
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from splitter.cmake import (
+from splitter.input.payload import Payload
+from splitter.input.wheel import record_hash
+from splitter.model import PackagePlan, Plan
+from splitter.plan.layout import UPSTREAM_CMAKE
+from splitter.plan.release import Release, ReleasePlanning, link_stamps, planned
+from splitter.plan.report import exclusivity_record
+from splitter.targets.generated.cmake import (
     CONFIG,
     FRAGMENT,
     RUNTIME_COMPONENT,
@@ -29,17 +35,11 @@ from splitter.cmake import (
     render_fragment,
     render_version,
 )
-from splitter.cmakeconfig import render_config
-from splitter.guard import guard_files
-from splitter.layout import UPSTREAM_CMAKE
-from splitter.model import PackagePlan, Plan
-from splitter.output import atomic_output
-from splitter.payload import Payload
-from splitter.release import Release, ReleasePlanning, link_stamps, planned
-from splitter.report import exclusivity_record
-from splitter.targets.generated import exclusive_pairs
+from splitter.targets.generated.cmakeconfig import render_config
+from splitter.targets.generated.files import exclusive_pairs
+from splitter.targets.generated.guard import guard_files
+from splitter.targets.output import atomic_output
 from splitter.targets.stage import Progress
-from splitter.wheel import record_hash
 
 # Upstream installs its config in both places; the core finds the package root relative to it.
 CMAKE_DIRS = {

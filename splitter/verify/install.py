@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from splitter.errors import InvalidWheel, SplitterError
-from splitter.safepath import check_member_name, safe_join
+from splitter.input.safepath import check_member_name, safe_join
 
 RUNTIME = "executorch-runtime"
 QUANTIZED = "executorch-kernels-quantized"

@@ -12,7 +12,7 @@ from pathlib import Path
 from splitter.binaries.codesign import signature_problems
 from splitter.binaries.macho import analyse_macho, is_macho
 from splitter.binaries.resolve import find_unresolved
-from splitter.recipe import load_recipe
+from splitter.plan.recipe import load_recipe
 from splitter.verify.consumer import cmake_version
 from splitter.verify.install import QUANTIZED, Installed
 

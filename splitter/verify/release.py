@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from splitter.facts import subdir_of_tag
+from splitter.plan.facts import subdir_of_tag
 from splitter.verify.install import EXPORT
 
 

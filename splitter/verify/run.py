@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from splitter.errors import SplitterError
-from splitter.facts import machine_subdir
+from splitter.plan.facts import machine_subdir
 from splitter.verify.coload import Outcome, coload_items, coload_matrix
 from splitter.verify.consumer import (
     MISSING_QUANTIZED,

@@ -21,9 +21,8 @@ from packaging.metadata import Metadata
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from splitter.errors import InvalidWheel
-from splitter.model import WheelEntry, WheelInfo
-from splitter.safepath import check_member_name
-from splitter.zipread import (
+from splitter.input.safepath import check_member_name
+from splitter.input.zipread import (
     BIG,
     LOCAL_HEADER,
     Fingerprint,
@@ -33,6 +32,7 @@ from splitter.zipread import (
     read_member,
     same_member,
 )
+from splitter.model import WheelEntry, WheelInfo
 
 # Deflate cannot exceed ~1032:1; anything claiming more is lying about its size.
 MAX_RATIO = 1100
@@ -243,7 +243,7 @@ def _stream_all(
     thread: inflating and hashing release the GIL, so they overlap the calling thread's small
     members and ELF analysis. Small members stay on the calling thread (a second reader for
     them costs more in GIL hand-offs than it saves). Both read with pread on one descriptor,
-    which needs no lock (splitter.zipread). With `known`, a member stored as a known one is
+    which needs no lock (splitter.input.zipread). With `known`, a member stored as a known one is
     only hashed as stored; the others are read with their stored bytes hashed too."""
     stored = known is not None
 

@@ -3,7 +3,7 @@ additions it cannot write.
 
 `assemble_package` holds the GIL for its whole run, so threads cannot overlap it, and much
 of its time is single-threaded file copying, hashing and writing; so packages are assembled
-in parallel processes (splitter.targets.workers: the largest by a worker, the rest by the
+in parallel processes (splitter.targets.conda.workers: the largest by a worker, the rest by the
 build meanwhile). The build process then finishes each one (`finish`: its info additions
 and its repodata record): the workers are what a release waits for, the build is not.
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from splitter.targets.workers import Workers
+from splitter.targets.conda.workers import Workers
 
 # What a worker imports before its first call.
 WARM = ("rattler_build", __name__)

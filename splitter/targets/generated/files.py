@@ -6,7 +6,10 @@ import json
 import posixpath
 from collections.abc import Mapping
 
-from splitter.cmake import (
+from splitter.model import PackagePlan, Plan
+from splitter.plan.layout import Layout
+from splitter.plan.report import verdict_json
+from splitter.targets.generated.cmake import (
     BASE_DEFINITIONS,
     CONFIG,
     FRAGMENT,
@@ -18,10 +21,7 @@ from splitter.cmake import (
     render_pkgconfig,
     render_version,
 )
-from splitter.cmakeconfig import render_config
-from splitter.layout import Layout
-from splitter.model import PackagePlan, Plan
-from splitter.report import verdict_json
+from splitter.targets.generated.cmakeconfig import render_config
 
 
 def generated_files(

@@ -16,20 +16,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from splitter.errors import ExternalToolError, SplitterError
-from splitter.layout import Layout, default_sitedir
+from splitter.input.payload import Payload
 from splitter.model import CondaBackend, PackagePlan, Plan, Rpath
-from splitter.output import atomic_output
-from splitter.payload import Payload
-from splitter.release import (
+from splitter.plan.layout import Layout, default_sitedir
+from splitter.plan.release import (
     Release,
     ReleasePlanning,
     link_stamps,
     shared_packages,
     wheel_inputs,
 )
-from splitter.report import exclusivity_record
-from splitter.scratch import scratch_dir
-from splitter.targets.assemble import (
+from splitter.plan.report import exclusivity_record
+from splitter.targets.conda.assemble import (
     PLACEHOLDER,
     Assembled,
     AssembleJob,
@@ -40,15 +38,17 @@ from splitter.targets.assemble import (
     json_bytes,
     release_freed_memory,
 )
-from splitter.targets.condameta import (
+from splitter.targets.conda.meta import (
     build_string,
     conda_depends,
     run_exports,
 )
-from splitter.targets.recipes import write_recipes, write_support
-from splitter.targets.releaserecipe import Variant, support_folders, write_release_recipe
+from splitter.targets.conda.recipes import write_recipes, write_support
+from splitter.targets.conda.releaserecipe import Variant, support_folders, write_release_recipe
+from splitter.targets.conda.workers import WorkerDied, Workers, die_with_parent
+from splitter.targets.output import atomic_output
+from splitter.targets.scratch import scratch_dir
 from splitter.targets.stage import Progress, Reusable, Staged, reusable, stage
-from splitter.targets.workers import WorkerDied, Workers, die_with_parent
 
 SIDECAR = "info/splitter-process-exclusive.json"
 DEFAULT_LEVEL = 9
@@ -223,7 +223,7 @@ def pack_all(
 def _worker_died(exc: WorkerDied) -> ExternalToolError:
     return ExternalToolError(
         f"{exc} while assembling; if the system ran out of memory, build with --jobs 1",
-        [sys.executable, "-c", "splitter.targets.workers.serve"],
+        [sys.executable, "-c", "splitter.targets.conda.workers.serve"],
         exc.returncode,
         "",
     )
@@ -316,7 +316,7 @@ def build_conda_release(
     """A release's channel in OUT: per subdir, one build of each Python-independent package
     (from the group's source wheel) and one export build per Python, each pinning exactly the
     shared builds of its subdir; repodata per subdir; the subdir's rattler-build recipe with a
-    variant per Python under recipes/<subdir>/rattler-build/ (splitter.targets.releaserecipe).
+    variant per Python under recipes/<subdir>/rattler-build/ (splitter.targets.conda.releaserecipe).
 
     Given a ReleasePlanning, each wheel is packed as soon as its plan is made, while the next
     one is planned (see ReleasePipeline); the release is checked when the last is planned,

@@ -23,10 +23,10 @@ from pathlib import Path
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from splitter.errors import ReleaseError, SplitterError
-from splitter.facts import platform_of
+from splitter.input.wheel import Known
 from splitter.model import PackagePlan, Plan, Platform, Recipe
-from splitter.plan import make_plan
-from splitter.wheel import Known
+from splitter.plan.facts import platform_of
+from splitter.plan.make import make_plan
 
 Progress = Callable[[str, int, int], None]
 

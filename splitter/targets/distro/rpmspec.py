@@ -7,14 +7,14 @@ import posixpath
 import textwrap
 
 from splitter.model import Distro, PackagePlan, Plan
-from splitter.targets.debmeta import synopsis
-from splitter.targets.distro import (
+from splitter.targets.distro.common import (
     RECORD,
     exclusivity_sentence,
     external_requirements,
     has_bare_executable,
     has_env_script,
 )
+from splitter.targets.distro.debmeta import synopsis
 from splitter.targets.stage import Staged, own_directories
 
 # Macros every build of the spec needs, whoever runs it: upstream's binaries are shipped as

@@ -22,7 +22,7 @@ from splitter.model import (
     Recipe,
     Rule,
 )
-from splitter.recipetext import Source, check_keys, not_toml
+from splitter.plan.recipetext import Source, check_keys, not_toml
 
 DEFAULT_RECIPE = "executorch.toml"
 SCHEMAS = (1,)  # the `[recipe] schema` versions this loader reads

@@ -17,8 +17,8 @@ import shutil
 from pathlib import Path
 
 from splitter.model import Plan
-from splitter.report import verdict_json
-from splitter.targets.condameta import conda_depends, run_exports
+from splitter.plan.report import verdict_json
+from splitter.targets.conda.meta import conda_depends, run_exports
 from splitter.targets.stage import Staged
 
 INSTALL_SH = r"""#!/usr/bin/env bash

@@ -11,8 +11,8 @@ from __future__ import annotations
 import posixpath
 
 from splitter.errors import SplitterError
+from splitter.input.payload import Payload
 from splitter.model import Plan
-from splitter.payload import Payload
 
 GUARD_MODULE = "_splitter_guard.py"
 HOOK = (

@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from splitter.doctor import Diagnosis, diagnose_dirs
+from splitter.doctor.diagnose import Diagnosis, diagnose_dirs
 from splitter.errors import DoctorError
 from splitter.verify.install import Installed, install
 from splitter.verify.release import release_environments

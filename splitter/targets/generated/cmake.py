@@ -58,9 +58,9 @@ def escape_quoted(text: str) -> str:
 
 
 def configure(template: str, values: Mapping[str, str]) -> str:
-    """A file of splitter/templates with every `@KEY@` replaced by `values[KEY]`, as CMake's
-    configure_file(@ONLY): values are CMake text already (bracket, escape_quoted) and are not
-    scanned again; `${...}` in the template stays literal."""
+    """A template (templates/ beside this module) with every `@KEY@` replaced by `values[KEY]`,
+    as CMake's configure_file(@ONLY): values are CMake text already (bracket, escape_quoted)
+    and are not scanned again; `${...}` in the template stays literal."""
     text = _read_template(template)
     used = set(_PLACEHOLDER.findall(text))
     problems = []
@@ -75,7 +75,9 @@ def configure(template: str, values: Mapping[str, str]) -> str:
 
 @cache
 def _read_template(name: str) -> str:
-    return (resources.files("splitter") / "templates" / name).read_text(encoding="utf-8")
+    return (resources.files("splitter.targets.generated") / "templates" / name).read_text(
+        encoding="utf-8"
+    )
 
 
 def render_version(version: str, build_version: str) -> str:

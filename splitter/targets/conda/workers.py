@@ -33,7 +33,7 @@ HEADER = struct.Struct("<Q")
 SERVE = (
     "import json, sys\n"
     "sys.path[:] = json.loads(sys.argv[2])\n"
-    "from splitter.targets.workers import serve\n"
+    "from splitter.targets.conda.workers import serve\n"
     "serve(int(sys.argv[1]), sys.argv[3:])\n"
 )
 

@@ -16,12 +16,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from splitter.layout import make_layout
 from splitter.model import Plan
-from splitter.output import atomic_output
-from splitter.release import Release, ReleasePlanning, planned
-from splitter.targets.deb import check_one_python
-from splitter.targets.distro import (
+from splitter.plan.layout import make_layout
+from splitter.plan.release import Release, ReleasePlanning, planned
+from splitter.targets.distro.common import (
     RECORD,
     arch_of,
     distro_of,
@@ -32,7 +30,9 @@ from splitter.targets.distro import (
     run_tool,
     stage_under,
 )
-from splitter.targets.rpmspec import render_spec, rpmlintrc, spec_name
+from splitter.targets.distro.deb import check_one_python
+from splitter.targets.distro.rpmspec import render_spec, rpmlintrc, spec_name
+from splitter.targets.output import atomic_output
 from splitter.targets.stage import Progress
 
 PAYLOAD = "w3.zstdio"  # zstd level 3, one thread: its output depends on nothing else

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from splitter.model import Dependency, PackagePlan, Plan, Verdict
-from splitter.release import Release
+from splitter.plan.release import Release
 
 SCHEMA_VERSION = 1
 EXCLUSIVE_SCHEMA = "splitter.process-exclusive/1"  # the exclusivity record every target ships

@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from splitter.errors import RecipeError, SplitterError
-from splitter.layout import make_layout
 from splitter.model import Distro, PackagePlan, Plan
-from splitter.output import atomic_output
-from splitter.release import Release, ReleasePlanning, planned
-from splitter.targets import debmeta
-from splitter.targets.distro import (
+from splitter.plan.layout import make_layout
+from splitter.plan.release import Release, ReleasePlanning, planned
+from splitter.targets.distro import debmeta
+from splitter.targets.distro.common import (
     RECORD,
     Arch,
     arch_of,
@@ -40,6 +39,7 @@ from splitter.targets.distro import (
     run_tool,
     stage_under,
 )
+from splitter.targets.output import atomic_output
 from splitter.targets.stage import Progress, Staged
 
 SITEDIR = "lib/python3/dist-packages"  # Debian's one directory for every python3

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from splitter.console import (
+from splitter.cli.console import (
     build_input,
     compute_input,
     make_table,
@@ -27,20 +27,20 @@ from splitter.console import (
     show_summary,
     show_why,
 )
+from splitter.cli.graph import GraphFormat, render_graph
 from splitter.errors import SplitterError
-from splitter.graph import GraphFormat, render_graph
 from splitter.model import CondaBackend, Rpath
-from splitter.release import Release, ReleasePlanning
-from splitter.report import plan_json, release_json
-from splitter.targets.conda import (
+from splitter.plan.release import Release, ReleasePlanning
+from splitter.plan.report import plan_json, release_json
+from splitter.targets.conda.build import (
     DEFAULT_LEVEL,
     WORKERS,
     CondaBuilder,
     CondaOptions,
     conda_builder,
 )
-from splitter.targets.deb import DebBuilder
-from splitter.targets.rpm import RpmBuilder
+from splitter.targets.distro.deb import DebBuilder
+from splitter.targets.distro.rpm import RpmBuilder
 from splitter.targets.tree import TreeBuilder
 from splitter.targets.wheel import WheelBuilder
 
@@ -366,8 +366,8 @@ def doctor(
     traceback: TracebackOpt = False,
 ) -> None:
     """Find libraries that register ExecuTorch kernels and copies that would (or do) collide."""
-    from splitter.doctor import diagnose_binary, diagnose_pid, diagnose_prefix
-    from splitter.doctoroutput import diagnose_output
+    from splitter.doctor.diagnose import diagnose_binary, diagnose_pid, diagnose_prefix
+    from splitter.doctor.output import diagnose_output
 
     chosen = [x for x in (prefix, binary, pid, output) if x is not None]
     if len(chosen) != 1:

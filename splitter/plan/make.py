@@ -1,5 +1,5 @@
 """make_plan: the one computation from wheel and recipe to the split; all cross-checks start
-here (process exclusivity is judged in splitter.exclusive)."""
+here (process exclusivity is judged in splitter.plan.exclusive)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,7 @@ from splitter.errors import (
     RecipeError,
     UnsupportedWheel,
 )
-from splitter.exclusive import check_verdicts_against_depends, judge_exclusive
-from splitter.facts import conda_requirements, decide_platform
-from splitter.layout import LIB
+from splitter.input.wheel import Known, read_wheel
 from splitter.model import (
     BinaryInfo,
     Dependency,
@@ -31,8 +29,10 @@ from splitter.model import (
     Recipe,
     WheelInfo,
 )
-from splitter.selector import Selector
-from splitter.wheel import Known, read_wheel
+from splitter.plan.exclusive import check_verdicts_against_depends, judge_exclusive
+from splitter.plan.facts import conda_requirements, decide_platform
+from splitter.plan.layout import LIB
+from splitter.plan.selector import Selector
 
 Progress = Callable[[str, int, int], None]
 VERSION_FILE = "executorch/version.py"

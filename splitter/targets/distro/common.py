@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from splitter.errors import ExternalToolError, RecipeError, SplitterError
-from splitter.layout import Layout
+from splitter.input.payload import Payload
 from splitter.model import Distro, PackagePlan, Plan, Rpath
-from splitter.payload import Payload
-from splitter.report import exclusivity_record
+from splitter.plan.layout import Layout
+from splitter.plan.report import exclusivity_record
 from splitter.targets.stage import Progress, Staged, stage
 
 RECORD = "splitter-process-exclusive.json"  # the exclusivity record, in the package's doc dir

@@ -22,14 +22,14 @@ from rich.progress import (
 from rich.table import Column, Table
 
 from splitter.errors import SplitterError
-from splitter.fetch import resolve_input, resolve_inputs
+from splitter.input.fetch import resolve_input, resolve_inputs
 from splitter.model import Plan
-from splitter.plan import make_plan
-from splitter.recipe import load_recipe
-from splitter.release import Release, ReleasePlanning, planned
+from splitter.plan.make import make_plan
+from splitter.plan.recipe import load_recipe
+from splitter.plan.release import Release, ReleasePlanning, planned
 
 if TYPE_CHECKING:  # doctor loads only when used
-    from splitter.doctor import Diagnosis
+    from splitter.doctor.diagnose import Diagnosis
 
 # Output that is not a terminal (a pipe, a CI log) is never wrapped or cut: a wide virtual
 # width, and colour only on a terminal (rich also honours NO_COLOR).

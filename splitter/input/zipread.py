@@ -1,6 +1,6 @@
 """Read one zip member safely: its sha256, its size and, when asked, its bytes or a copy on
-disk. The one member reader behind both the plan's verification of a wheel (splitter.wheel)
-and the targets' verified re-reads (splitter.payload); each compares the result with what it
+disk. The one member reader behind both the plan's verification of a wheel (splitter.input.wheel)
+and the targets' verified re-reads (splitter.input.payload); each compares the result with what it
 trusts (RECORD, or the plan's digests) itself.
 
 Members are read with pread on a descriptor of the caller's, with zipfile's own checks (the

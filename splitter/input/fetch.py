@@ -16,8 +16,8 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from splitter.errors import ExternalToolError, InvalidWheel
-from splitter.facts import machine_subdir
 from splitter.model import Recipe
+from splitter.plan.facts import machine_subdir
 
 CACHE_ENV = "SPLITTER_CACHE"
 

@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 
 from splitter.errors import InvalidWheel
+from splitter.input.zipread import BIG, MemberRead, read_member
 from splitter.model import WheelInfo
-from splitter.zipread import BIG, MemberRead, read_member
 
 Progress = Callable[[str, int, int], None]
 
@@ -101,7 +101,7 @@ def extract(
     whose cost is mostly Python's per-member work, are written by the calling thread
     meanwhile (a second thread for them only contends for the GIL). Both read through one
     Payload, so the wheel's central directory is parsed once; they read with pread on its
-    descriptor, which needs no lock (splitter.zipread)."""
+    descriptor, which needs no lock (splitter.input.zipread)."""
     sizes = {e.path: e.size for e in wheel.entries}
     big = [job for job in jobs if sizes[job[0]] >= BIG]
     small = [job for job in jobs if sizes[job[0]] < BIG]

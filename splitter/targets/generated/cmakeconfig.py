@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from splitter.cmake import (
+from splitter.targets.generated.cmake import (
     BASE_DEFINITIONS,
     C10_INCLUDE,
     OPT_IN,

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from splitter.model import PackagePlan, Plan
-from splitter.report import verdict_json
-from splitter.targets.condameta import conda_depends, run_exports
-from splitter.targets.recipes import q, rattler_head, run_lines, source_url
+from splitter.plan.report import verdict_json
+from splitter.targets.conda.meta import conda_depends, run_exports
+from splitter.targets.conda.recipes import q, rattler_head, run_lines, source_url
 
 PIN = "${{{{ pin_subpackage({name}, exact=True) }}}}"
 
