@@ -91,3 +91,9 @@ class ReleaseError(SplitterError):
     be the same in every wheel of a platform differs beyond what a build stamps."""
 
     exit_code = 11
+
+
+class ManifestError(SplitterError):
+    """A build output's manifest is missing or unreadable, or the output is not what it lists."""
+
+    exit_code = 14

@@ -67,7 +67,7 @@ def test_verbose_build_lists_every_file(real_wheel: Path, tmp_path: Path, where:
     result = run_splitter(*(["-v", *args] if where == "before" else [*args, "-v"]))
     assert result.returncode == 0, result.stderr
     listed = [line for line in result.stdout.splitlines() if line.startswith(str(out) + "/")]
-    assert sorted(listed) == sorted(str(p) for p in out.iterdir())
+    assert sorted(listed) == sorted(str(p) for p in out.rglob("*") if not p.is_dir())
 
 
 @pytest.mark.integration

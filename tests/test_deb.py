@@ -22,6 +22,7 @@ from splitter.plan.layout import install_path, make_layout
 from splitter.plan.make import make_plan
 from splitter.plan.recipe import load_recipe
 from splitter.plan.release import PlatformGroup, Release
+from splitter.targets.builder import build_output
 from splitter.targets.distro.common import tool_path
 from splitter.targets.distro.deb import DebBuilder
 from splitter.targets.generated.files import generated_files
@@ -46,7 +47,7 @@ def _need(*tools: str) -> None:
 def debs(real_plan: Plan, tmp_path_factory: pytest.TempPathFactory) -> Path:
     _need("dpkg-deb", "dpkg-shlibdeps")
     out = tmp_path_factory.mktemp("deb") / "out"
-    written = DebBuilder().build(real_plan, out)
+    written = build_output(DebBuilder(), real_plan, out).artifacts
     assert sorted(p.name for p in written) == sorted(
         f"{name}_{VERSION}_amd64.deb" for name in NAMES.values()
     )
@@ -217,7 +218,7 @@ def test_library_metadata_and_docs(installed: Path, debs: Path) -> None:
 
 
 def test_two_builds_are_byte_identical(debs: Path, real_plan: Plan, tmp_path: Path) -> None:
-    again = DebBuilder().build(real_plan, tmp_path / "again")
+    again = build_output(DebBuilder(), real_plan, tmp_path / "again").artifacts
     for path in again:
         assert path.read_bytes() == (debs / path.name).read_bytes(), path.name
 
@@ -226,8 +227,8 @@ def test_aarch64_reproducible_with_mapped_system_depends(
     real_wheel_aarch64: Path, tmp_path: Path
 ) -> None:
     plan = make_plan(real_wheel_aarch64, load_recipe())
-    first = DebBuilder().build(plan, tmp_path / "a")
-    second = DebBuilder().build(plan, tmp_path / "b")
+    first = build_output(DebBuilder(), plan, tmp_path / "a").artifacts
+    second = build_output(DebBuilder(), plan, tmp_path / "b").artifacts
     assert [p.name for p in first] == [p.name for p in second]
     for one, two in zip(first, second, strict=True):
         assert one.read_bytes() == two.read_bytes(), one.name
@@ -283,7 +284,7 @@ def test_consumer_runtime_only_names_the_missing_package(debs: Path, tmp_path: P
 def test_recipe_without_deb_table_is_refused(real_plan: Plan, tmp_path: Path) -> None:
     plan = dataclasses.replace(real_plan, recipe=dataclasses.replace(real_plan.recipe, deb=None))
     with pytest.raises(RecipeError, match=r"no \[deb\] table.*\n.*\[deb.names\]"):
-        DebBuilder().build(plan, tmp_path / "out")
+        build_output(DebBuilder(), plan, tmp_path / "out")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
@@ -291,7 +292,7 @@ def test_unmapped_external_is_reported(real_plan: Plan, tmp_path: Path) -> None:
     externals = tuple(dataclasses.replace(e, deb="") for e in real_plan.recipe.externals)
     recipe = dataclasses.replace(real_plan.recipe, externals=externals)
     with pytest.raises(RecipeError, match=r"externals\.torch\.deb is missing"):
-        DebBuilder().build(dataclasses.replace(real_plan, recipe=recipe), tmp_path / "out")
+        build_output(DebBuilder(), dataclasses.replace(real_plan, recipe=recipe), tmp_path / "out")
     assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")] in ([], ["out"])
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
@@ -303,7 +304,7 @@ def test_missing_tool_names_the_debian_package(
     bin_dir.mkdir()
     monkeypatch.setenv("PATH", str(bin_dir))  # no dpkg-deb on PATH
     with pytest.raises(SplitterError, match="apt-get install dpkg"):
-        DebBuilder().build(real_plan, tmp_path / "out")
+        build_output(DebBuilder(), real_plan, tmp_path / "out")
 
 
 def test_release_of_two_pythons_is_refused(real_plan: Plan, tmp_path: Path) -> None:
@@ -312,7 +313,7 @@ def test_release_of_two_pythons_is_refused(real_plan: Plan, tmp_path: Path) -> N
     )
     release = Release(project="executorch", version="1.5.1", groups=(group,))
     with pytest.raises(SplitterError, match=r"one Python per platform.*\n.*--python"):
-        DebBuilder().build_release(release, tmp_path / "out")
+        build_output(DebBuilder(), release, tmp_path / "out")
 
 
 def test_verify_installs_the_debs_and_runs_the_checks(debs: Path) -> None:
@@ -384,7 +385,7 @@ def test_release_of_two_platforms_builds_each(
     from splitter.plan.release import make_release
 
     release = make_release([real_wheel, real_wheel_aarch64], load_recipe())
-    written = DebBuilder().build_release(release, tmp_path / "out")
+    written = build_output(DebBuilder(), release, tmp_path / "out").artifacts
     assert sorted(p.name for p in written) == sorted(
         f"{name}_{VERSION}_{arch}.deb" for name in NAMES.values() for arch in ("amd64", "arm64")
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ import pytest
 from conda_tools import torch_python
 from consumer_tools import cmake_executable
 
+from splitter.manifest import NAME
 from splitter.model import Plan
 from splitter.plan.layout import make_layout
 from splitter.plan.make import make_plan
@@ -59,7 +61,8 @@ def sidecars(outputs: dict[str, Path]) -> list[dict[str, object]]:
 
     found = []
     for manifest in sorted(outputs["tree"].glob("*.json")):
-        found += json.loads(manifest.read_text())["process_exclusive"]
+        if manifest.name != NAME:  # the output's splitter manifest
+            found += json.loads(manifest.read_text())["process_exclusive"]
     for package in sorted(outputs["conda"].glob("*/*.conda")):
         found += json.loads(conda_info_file(package, "info/splitter-process-exclusive.json"))[
             "pairs"
@@ -252,11 +255,16 @@ def test_verify_fails_when_metadata_lies(
 ) -> None:
     lied = tmp_path / "tree"
     shutil.copytree(outputs["dup"]["tree"], lied, symlinks=True)
-    for manifest in lied.glob("*.json"):
+    listing = json.loads((lied / NAME).read_text())
+    for artifact in listing["artifacts"]:  # the build itself wrote the lie: its digests match
+        manifest = lied / artifact["path"]
         data = json.loads(manifest.read_text())
         for verdict in data["process_exclusive"]:
             verdict["in_effect"] = False
         manifest.write_text(json.dumps(data))
+        artifact["sha256"] = hashlib.sha256(manifest.read_bytes()).hexdigest()
+        artifact["size"] = manifest.stat().st_size
+    (lied / NAME).write_text(json.dumps(listing))
     result = subprocess.run(
         [
             sys.executable,

@@ -33,6 +33,7 @@ from splitter.errors import (
     RecipeError,
     SplitterError,
 )
+from splitter.manifest import NAME as MANIFEST
 from splitter.plan.recipe import default_recipe_path
 
 pytestmark = pytest.mark.integration
@@ -213,8 +214,23 @@ def check_conda(out: Path, deep: bool = True) -> None:
                     pass
 
 
+def check_manifest(out: Path) -> None:
+    """Every file in OUT is listed in its splitter manifest (a killed publish leaves the
+    interim one, listing both builds' files), and every artifact it lists that is there is
+    whole once publishing is over."""
+    manifest = out / MANIFEST
+    if not manifest.exists():
+        return
+    data = json.loads(manifest.read_text())
+    listed = set(data["files"]) | {MANIFEST}
+    on_disk = {str(p.relative_to(out)) for p in out.rglob("*") if not p.is_dir()}
+    assert on_disk <= listed, sorted(on_disk - listed)[:5]
+
+
 def check_wheels(out: Path, deep: bool = True) -> None:
     for path in out.iterdir():
+        if path.name == MANIFEST:
+            continue
         assert path.is_file() and path.suffix == ".whl", path
         if deep:
             wheel_members(path)
@@ -223,7 +239,8 @@ def check_wheels(out: Path, deep: bool = True) -> None:
 def check_tree(out: Path, deep: bool = True) -> None:
     for path in out.iterdir():
         assert path.is_dir() or path.suffix in (".install", ".files", ".json"), path
-    for package in {p.name.rsplit(".", 1)[0] for p in out.iterdir() if p.is_file()}:
+    packages = {p.name.rsplit(".", 1)[0] for p in out.iterdir() if p.is_file()}
+    for package in packages - {MANIFEST.removesuffix(".json")}:
         root = out / package
         on_disk = (
             {str(p.relative_to(root)) for p in root.rglob("*") if not p.is_dir()}
@@ -258,6 +275,7 @@ def check_complete(target: str, out: Path, deep: bool = True) -> None:
     only, for outputs made of hard links to a verified build."""
     if out.exists():
         CHECKS[target](out, deep)
+        check_manifest(out)
 
 
 # Fixtures: one sandbox and one reference build per target, shared by every test.
@@ -423,7 +441,8 @@ print(count)
 
 def previous_build(target: str, reference: Path, out: Path) -> None:
     """OUT as an older, different build left it: for the tree, one more file per package,
-    listed in its manifests, so a manifest beside the wrong directory shows."""
+    listed in its file lists and in OUT's splitter manifest, so a file list beside the wrong
+    directory shows."""
     link_tree(reference, out)
     if target != "tree":
         return
@@ -449,6 +468,17 @@ def previous_build(target: str, reference: Path, out: Path) -> None:
             path = out / f"{package}{suffix}"
             path.unlink()  # a hard link into the reference: never write through it
             path.write_text(text)
+    # that build wrote them, so its splitter manifest lists them
+    listing = json.loads((out / MANIFEST).read_text())
+    listing["files"] = sorted({*listing["files"], *(f"{p}/{extra_of(out, p)}" for p in PACKAGES)})
+    (out / MANIFEST).unlink()
+    (out / MANIFEST).write_text(json.dumps(listing, indent=1) + "\n")
+
+
+def extra_of(out: Path, package: str) -> str:
+    """The file previous_build adds to a package's tree, relative to OUT/<package>."""
+    prefix = json.loads((out / f"{package}.json").read_text())["prefix"].strip("/")
+    return f"{prefix}/share/previous-build/{package}.txt"
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -18,6 +18,7 @@ from splitter.model import Plan
 from splitter.plan.layout import install_path, make_layout
 from splitter.plan.make import make_plan
 from splitter.plan.recipe import load_recipe
+from splitter.targets.builder import build_output
 from splitter.targets.distro.rpm import RpmBuilder
 from splitter.targets.generated.files import generated_files
 
@@ -48,7 +49,7 @@ def _need(*tools: str) -> None:
 def rpms(real_plan: Plan, tmp_path_factory: pytest.TempPathFactory) -> Path:
     _need("rpmbuild", "rpm")
     out = tmp_path_factory.mktemp("rpm") / "out"
-    written = RpmBuilder().build(real_plan, out)
+    written = build_output(RpmBuilder(), real_plan, out).written
     assert sorted(p.name for p in written if p.suffix == ".rpm") == sorted(
         f"{name}-{VR}.x86_64.rpm" for name in NAMES.values()
     )
@@ -154,7 +155,7 @@ def test_rpm_lists_the_plan(installed: Path, real_plan: Plan) -> None:
 
 
 def test_two_builds_are_byte_identical(rpms: Path, real_plan: Plan, tmp_path: Path) -> None:
-    again = RpmBuilder().build(real_plan, tmp_path / "again")
+    again = build_output(RpmBuilder(), real_plan, tmp_path / "again").written
     for path in again:
         relative = path.relative_to(tmp_path / "again")
         assert path.read_bytes() == (rpms / relative).read_bytes(), relative
@@ -162,8 +163,8 @@ def test_two_builds_are_byte_identical(rpms: Path, real_plan: Plan, tmp_path: Pa
 
 def test_aarch64_reproducible(real_wheel_aarch64: Path, tmp_path: Path) -> None:
     plan = make_plan(real_wheel_aarch64, load_recipe())
-    first = RpmBuilder().build(plan, tmp_path / "a")
-    second = RpmBuilder().build(plan, tmp_path / "b")
+    first = build_output(RpmBuilder(), plan, tmp_path / "a").written
+    second = build_output(RpmBuilder(), plan, tmp_path / "b").written
     assert [p.name for p in first] == [p.name for p in second]
     for one, two in zip(first, second, strict=True):
         assert one.read_bytes() == two.read_bytes(), one.name
@@ -197,7 +198,7 @@ def test_consumer_from_installed_root(installed: Path, tmp_path: Path, cmake_lab
 def test_recipe_without_rpm_table_is_refused(real_plan: Plan, tmp_path: Path) -> None:
     plan = dataclasses.replace(real_plan, recipe=dataclasses.replace(real_plan.recipe, rpm=None))
     with pytest.raises(RecipeError, match=r"no \[rpm\] table"):
-        RpmBuilder().build(plan, tmp_path / "out")
+        build_output(RpmBuilder(), plan, tmp_path / "out")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
@@ -208,7 +209,7 @@ def test_missing_rpmbuild_names_the_debian_package(
     bin_dir.mkdir()
     monkeypatch.setenv("PATH", str(bin_dir))  # no rpmbuild on PATH
     with pytest.raises(SplitterError, match=r"rpmbuild is not installed.*\n.*apt-get install rpm"):
-        RpmBuilder().build(real_plan, tmp_path / "out")
+        build_output(RpmBuilder(), real_plan, tmp_path / "out")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 

@@ -7,8 +7,8 @@ import importlib.metadata
 import json
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -29,13 +29,14 @@ from splitter.cli.console import (
 )
 from splitter.cli.graph import GraphFormat, render_graph
 from splitter.errors import SplitterError
+from splitter.manifest import NAME as MANIFEST
 from splitter.model import CondaBackend, Rpath
 from splitter.plan.release import Release, ReleasePlanning
 from splitter.plan.report import plan_json, release_json
+from splitter.targets.builder import Builder, Target, build_output
 from splitter.targets.conda.build import (
     DEFAULT_LEVEL,
     WORKERS,
-    CondaBuilder,
     CondaOptions,
     conda_builder,
 )
@@ -182,21 +183,11 @@ def main() -> None:
         sys.exit(exc.exit_code)
 
 
-class Target(StrEnum):
-    """Output formats of `splitter build`."""
-
-    conda = "conda"
-    wheel = "wheel"
-    tree = "tree"
-    deb = "deb"
-    rpm = "rpm"
-
-
 @app.command()
 def build(
     ctx: typer.Context,
     wheel: WheelArg = None,
-    target: Annotated[Target, typer.Option("--target", "-t", help="What to build.")] = Target.conda,
+    target: Annotated[Target, typer.Option("--target", "-t", help="What to build.")] = Target.CONDA,
     output: Annotated[
         Path | None,
         typer.Option("--output", "-o", help="Output directory (default dist/<target>)."),
@@ -238,45 +229,40 @@ def build(
     """Build the packages of the plan (or of a release) for one target."""
     progress = show_progress(ctx, quiet, as_json)
     out_dir = output or Path("dist") / target.value
-    builder: contextlib.AbstractContextManager[
-        CondaBuilder | WheelBuilder | TreeBuilder | DebBuilder | RpmBuilder
-    ]
-    if target is Target.conda:
-        options = CondaOptions(
-            compression_level=compression_level, backend=backend, guard=guard, jobs=jobs
-        )
-        builder = conda_builder(options)  # its workers start while the plan is made
-    elif target is Target.wheel:
-        builder = contextlib.nullcontext(WheelBuilder(guard=guard))
-    elif target is Target.deb:
-        builder = contextlib.nullcontext(DebBuilder(guard=guard))
-    elif target is Target.rpm:
-        builder = contextlib.nullcontext(RpmBuilder(guard=guard))
-    else:
-        tree = TreeBuilder(
-            prefix=prefix,
-            libdir=libdir,
-            includedir=includedir,
-            sitedir=sitedir,
-            rpath=rpath,
-            guard=guard,
-        )
-        builder = contextlib.nullcontext(tree)
-    with builder as chosen:
+    builders: dict[Target, Callable[[], contextlib.AbstractContextManager[Builder]]] = {
+        # conda's worker processes start now, while the plan is made
+        Target.CONDA: lambda: conda_builder(
+            CondaOptions(
+                compression_level=compression_level, backend=backend, guard=guard, jobs=jobs
+            )
+        ),
+        Target.WHEEL: lambda: contextlib.nullcontext(WheelBuilder(guard=guard)),
+        Target.TREE: lambda: contextlib.nullcontext(
+            TreeBuilder(
+                prefix=prefix,
+                libdir=libdir,
+                includedir=includedir,
+                sitedir=sitedir,
+                rpath=rpath,
+                guard=guard,
+            )
+        ),
+        Target.DEB: lambda: contextlib.nullcontext(DebBuilder(guard=guard)),
+        Target.RPM: lambda: contextlib.nullcontext(RpmBuilder(guard=guard)),
+    }
+    with builders[target]() as chosen:
         result = build_input(wheel or [], recipe, progress, python, platform)
         with progress_bar(progress) as bar:
-            callback = reporter(bar, f"building {target.value}")
-            if isinstance(result, ReleasePlanning):
-                written = chosen.build_release(result, out_dir, callback)
-            else:
-                written = chosen.build(result, out_dir, callback)
+            built = build_output(chosen, result, out_dir, reporter(bar, f"building {target}"))
     if as_json:
         print(
             json.dumps(
                 {
                     "target": target.value,
                     "output": str(out_dir),
-                    "written": [str(p) for p in written],
+                    "manifest": str(out_dir / MANIFEST),
+                    "artifacts": [str(p) for p in built.artifacts],
+                    "written": [str(p) for p in built.written],
                 },
                 indent=2,
             )
@@ -285,9 +271,9 @@ def build(
         facts = (
             result.release().groups[0].plans[0] if isinstance(result, ReleasePlanning) else result
         )
-        show_summary(target.value, out_dir, written, facts)
+        show_summary(built, facts)
         if verbose or (ctx.obj.verbose if isinstance(ctx.obj, GlobalOptions) else False):
-            for path in written:
+            for path in built.written:
                 out.print(str(path), highlight=False, soft_wrap=True)
 
 

@@ -27,6 +27,7 @@ from splitter.model import Plan
 from splitter.plan.make import make_plan
 from splitter.plan.recipe import load_recipe
 from splitter.plan.release import Release, ReleasePlanning, planned
+from splitter.targets.builder import Built
 
 if TYPE_CHECKING:  # doctor loads only when used
     from splitter.doctor.diagnose import Diagnosis
@@ -241,42 +242,29 @@ def show_plan(result: Plan) -> None:
             out.print(f"  - {line}")
 
 
-def show_summary(target: str, out_dir: Path, written: list[Path], plan: Plan) -> None:
-    """After a build: one row per package built (its file, size, sibling dependencies and
-    process-exclusivity verdict; `plan` gives those facts, the same in every wheel of a
-    release), where the output is, and what to run next. `--json` lists every file."""
+def show_summary(built: Built, plan: Plan) -> None:
+    """After a build: one row per package file (from the build's manifest: its package, size,
+    sibling dependencies and process-exclusivity verdict; `plan` gives those facts, the same
+    in every wheel of a release), where the output is, and what to run next. `--json` lists
+    every file."""
     headers = ("package", "version", "file", "size", "depends on", "process-exclusive")
     rows: list[tuple[str, ...]] = []
-    names: list[str] = []
-    for path in written:
-        if path.suffix in (".conda", ".whl"):
-            name = (
-                path.name.split("-")[0].replace("_", "-")
-                if path.suffix == ".whl"
-                else (path.name.rsplit("-", 2)[0])
-            )
-            size = path.stat().st_size
-            shown = path.name
-        elif path.suffix in (".deb", ".rpm"):
-            name = distro_package(plan, target, path.name)
-            size = path.stat().st_size
-            shown = path.name
-        elif path.suffix == ".json" and target == "tree":
-            manifest = json.loads(path.read_text())
-            name, shown = manifest["name"], str(path.with_suffix(""))
-            size = sum(int(f["size"]) for f in manifest["files"])
-        else:
-            continue
-        package = plan.package(name)
-        names.append(name)
+    target = built.manifest.target
+    for item in built.manifest.artifacts:
+        package = plan.package(item.package)
+        path = built.out / item.path
+        shown, size = str(path), item.size
+        if target == "tree":  # the artifact is the tree's file list, beside its tree
+            shown = str(path.with_suffix(""))
+            size = sum(int(f["size"]) for f in json.loads(path.read_text())["files"])
         rows.append(
             (
-                name,
+                item.package,
                 package.version,
-                shown,
+                shown if target == "tree" else path.name,
                 f"{size / 1e6:.1f} MB",
                 ", ".join(d.name for d in package.depends) or "-",
-                _exclusive_state(plan, name),
+                _exclusive_state(plan, item.package),
             )
         )
     # A table needs each row on one line to stay readable; where it would not fit (an
@@ -292,19 +280,9 @@ def show_summary(target: str, out_dir: Path, written: list[Path], plan: Plan) ->
             out.print(f"  file: {shown}", highlight=False)
             out.print(f"  depends on: {depends}", highlight=False)
             out.print(f"  process-exclusive: {exclusive}", highlight=False)
-    out.print(f"output: {out_dir}")
-    for line in _next_steps(target, out_dir, written, sorted(set(names))):
+    out.print(f"output: {built.out}")
+    for line in _next_steps(built):
         out.print(line, highlight=False)
-
-
-def distro_package(plan: Plan, target: str, filename: str) -> str:
-    """The plan's package a .deb or .rpm file holds, from the recipe's name map."""
-    distro = plan.recipe.deb if target == "deb" else plan.recipe.rpm
-    mapped = {v: k for k, v in distro.names} if distro else {}
-    for name in sorted(mapped, key=len, reverse=True):
-        if filename.startswith(f"{name}_" if target == "deb" else f"{name}-{plan.wheel.version}-"):
-            return mapped[name]
-    raise KeyError(filename)
 
 
 def _exclusive_state(plan: Plan, name: str) -> str:
@@ -317,31 +295,30 @@ def _exclusive_state(plan: Plan, name: str) -> str:
     return "; ".join(states) or "-"
 
 
-def _next_steps(target: str, out_dir: Path, written: list[Path], names: list[str]) -> list[str]:
+def _next_steps(built: Built) -> list[str]:
+    target, out_dir = built.manifest.target, built.out
+    names = " ".join(built.manifest.packages())
+    files = " ".join(str((out_dir / a.path).absolute()) for a in built.manifest.artifacts)
     if target == "conda":
         return [
-            f"next: conda install -c {out_dir} {' '.join(names)}",
-            f"  or: pixi add --channel {out_dir.absolute().as_uri()} {' '.join(names)}",
+            f"next: conda install -c {out_dir} {names}",
+            f"  or: pixi add --channel {out_dir.absolute().as_uri()} {names}",
         ]
     if target == "deb":
         # apt takes a local file only by a path it cannot read as a package name: absolute.
-        debs = " ".join(str(p.absolute()) for p in written if p.suffix == ".deb")
-        return [f"next: apt-get install {debs}", f"  check: lintian {out_dir}/*.deb"]
+        return [f"next: apt-get install {files}", f"  check: lintian {out_dir}/*.deb"]
     if target == "rpm":
-        rpms = " ".join(str(p.absolute()) for p in written if p.suffix == ".rpm")
         return [
-            f"next: dnf install {rpms}",
+            f"next: dnf install {files}",
             f"  check: rpmlint -r {out_dir}/SPECS/<spec>.rpmlintrc {out_dir}/*.rpm "
             f"(the spec is in {out_dir}/SPECS)",
         ]
     if target == "wheel":
-        tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
-        mine = [
-            str(p)
-            for p in written
-            if p.suffix == ".whl" and ("py3-none" in p.name or f"-{tag}-" in p.name)
+        mine = "{}.{}".format(*sys.version_info[:2])
+        wheels = [
+            str(out_dir / a.path) for a in built.manifest.artifacts if a.python in (None, mine)
         ]
-        return [f"next: pip install {' '.join(mine)}"]
+        return [f"next: pip install {' '.join(wheels)}"]
     return [
         f"next: debhelper reads {out_dir}/<package>.install, RPM's %files takes "
         f"{out_dir}/<package>.files; <package>.json lists every file with its sha256"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from splitter.doctor.diagnose import Diagnosis, diagnose_dirs
 from splitter.errors import DoctorError
+from splitter.manifest import check_artifacts, read_manifest
 from splitter.verify.install import Installed, install
 from splitter.verify.release import release_environments
 
@@ -36,14 +37,18 @@ def diagnose_output(out: Path) -> list[Diagnosis]:
 
 
 def _environments(out: Path) -> Iterator[tuple[str, Installed]]:
+    manifest = read_manifest(out)
+    check_artifacts(out, manifest)
     with tempfile.TemporaryDirectory(prefix="splitter-doctor-") as scratch_name:
         scratch = Path(scratch_name)
-        environments = release_environments(out, scratch)
+        environments = release_environments(out, manifest)
         if environments is None:
             yield str(out), install(out, scratch / "env-0")
             return
         for index, environment in enumerate(environments):
-            installed = install(environment.source, scratch / f"env-{index}", environment.packages)
+            installed = install(
+                environment.source, scratch / f"env-{index}", paths=environment.paths
+            )
             yield environment.label, installed
 
 

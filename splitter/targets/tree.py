@@ -8,17 +8,23 @@ import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
+from splitter.manifest import Artifact
 from splitter.model import Plan, Rpath
 from splitter.plan.layout import Layout, make_layout
-from splitter.plan.release import Release, ReleasePlanning, planned
+from splitter.plan.release import ReleasePlanning, planned
 from splitter.plan.report import dependency_json, verdict_json
-from splitter.targets.output import atomic_output
+from splitter.targets.builder import Target, artifact, build_output, single
 from splitter.targets.stage import Progress, Staged, StagedFile, own_directories, stage
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TreeBuilder:
-    """`--target tree` with its options; the layout follows each wheel (its site-packages)."""
+    """`--target tree` with its options; the layout follows each wheel (its site-packages).
+
+    One wheel: OUT/<package>/<prefix>/... and OUT/<package>.{install,files,json}. A release:
+    OUT/<subdir>/, the shared packages' trees once (from the group's source wheel) and each
+    Python package's tree per input wheel, named <package>-py3XY, each with its own
+    site-packages and file lists. The artifacts are the `.json` file lists."""
 
     prefix: str
     libdir: str
@@ -26,35 +32,34 @@ class TreeBuilder:
     sitedir: str | None
     rpath: Rpath = Rpath.RELATIVE
     guard: bool = False
+    target: Target = Target.TREE
 
-    def build(self, plan: Plan, out: Path, progress: Progress | None = None) -> list[Path]:
-        """See build_tree."""
-        layout = make_layout(plan.wheel, self.prefix, self.libdir, self.includedir, self.sitedir)
-        return build_tree(plan, out, layout, self.rpath, progress, self.guard)
-
-    def build_release(
-        self, release: Release | ReleasePlanning, out: Path, progress: Progress | None = None
-    ) -> list[Path]:
-        """OUT/<subdir>/: the shared packages' trees once (from the group's source wheel) and
-        each Python package's tree per input wheel, named <package>-py3XY, each with its own
-        site-packages and file lists; atomic."""
-        release = planned(release, progress)
-        with atomic_output(out) as build:
-            for group in release.groups:
-                for plan in group.plans:
-                    layout = make_layout(
-                        plan.wheel, self.prefix, self.libdir, self.includedir, self.sitedir
-                    )
-                    python = "py{}{}".format(*plan.platform.python)
-                    names = {
-                        p.name: p.name if p.name in group.shared_packages else f"{p.name}-{python}"
-                        for p in group.packaged_from(plan)
-                    }
-                    _write_trees(
-                        plan, build / group.subdir, layout, self.rpath, progress, self.guard, names
-                    )
-            written = sorted(str(p.relative_to(build)) for p in build.glob("*/*") if p.is_file())
-        return [out / name for name in written]
+    def build(
+        self, release: ReleasePlanning, build: Path, progress: Progress | None = None
+    ) -> list[Artifact]:
+        """See the class."""
+        checked = planned(release, progress)
+        one = single(checked)
+        written: list[Artifact] = []
+        for group in checked.groups:
+            for plan in group.plans:
+                layout = make_layout(
+                    plan.wheel, self.prefix, self.libdir, self.includedir, self.sitedir
+                )
+                python = "py{}{}".format(*plan.platform.python)
+                names = {
+                    p.name: p.name
+                    if one is not None or p.name in group.shared_packages
+                    else f"{p.name}-{python}"
+                    for p in group.packaged_from(plan)
+                }
+                folder = build if one is not None else build / group.subdir
+                _write_trees(plan, folder, layout, self.rpath, progress, self.guard, names)
+                written += [
+                    artifact(str((folder / f"{names[p.name]}.json").relative_to(build)), plan, p)
+                    for p in group.packaged_from(plan)
+                ]
+        return written
 
 
 def build_tree(
@@ -65,13 +70,17 @@ def build_tree(
     progress: Progress | None = None,
     guard: bool = False,
 ) -> list[Path]:
-    """Write OUT/<package>/<prefix>/... and OUT/<package>.{install,files,json}; atomic."""
-    with atomic_output(out) as build:
-        _write_trees(
-            plan, build, layout, rpath, progress, guard, {p.name: p.name for p in plan.packages}
-        )
-        written = sorted(p.name for p in build.iterdir())
-    return [out / name for name in written]
+    """Write OUT/<package>/<prefix>/... and OUT/<package>.{install,files,json}; atomic. The
+    layout's prefix, libdir, includedir and sitedir are the tree's."""
+    builder = TreeBuilder(
+        prefix=layout.prefix,
+        libdir=layout.libdir,
+        includedir=layout.includedir,
+        sitedir=layout.sitedir,
+        rpath=rpath,
+        guard=guard,
+    )
+    return build_output(builder, plan, out, progress).written
 
 
 def _write_trees(

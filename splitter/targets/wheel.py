@@ -21,10 +21,12 @@ from packaging.utils import canonicalize_name
 
 from splitter.input.payload import Payload
 from splitter.input.wheel import record_hash
+from splitter.manifest import Artifact
 from splitter.model import PackagePlan, Plan
 from splitter.plan.layout import UPSTREAM_CMAKE
-from splitter.plan.release import Release, ReleasePlanning, link_stamps, planned
+from splitter.plan.release import ReleasePlanning, link_stamps, planned
 from splitter.plan.report import exclusivity_record
+from splitter.targets.builder import Target, artifact, build_output, single
 from splitter.targets.generated.cmake import (
     CONFIG,
     FRAGMENT,
@@ -38,7 +40,6 @@ from splitter.targets.generated.cmake import (
 from splitter.targets.generated.cmakeconfig import render_config
 from splitter.targets.generated.files import exclusive_pairs
 from splitter.targets.generated.guard import guard_files
-from splitter.targets.output import atomic_output
 from splitter.targets.stage import Progress
 
 # Upstream installs its config in both places; the core finds the package root relative to it.
@@ -64,43 +65,31 @@ def build_wheels(
     plan: Plan, out: Path, progress: Progress | None = None, guard: bool = False
 ) -> list[Path]:
     """Write OUT/<name>-<version>-<tag>.whl for each package; atomic and reproducible."""
-    with atomic_output(out) as build:
-        names = _write_packages(plan, plan.packages, build, progress, guard)
-    return [out / name for name in names]
+    return build_output(WheelBuilder(guard=guard), plan, out, progress).artifacts
 
 
 @dataclass(frozen=True, slots=True)
 class WheelBuilder:
-    """`--target wheel` with its options, for one wheel or a release."""
+    """`--target wheel`: per platform one wheel of each Python-independent package (from the
+    group's source wheel; in a release, its METADATA lists every input wheel) and, from each
+    input wheel, its Python packages; reproducible."""
 
     guard: bool = False
+    target: Target = Target.WHEEL
 
-    def build(self, plan: Plan, out: Path, progress: Progress | None = None) -> list[Path]:
-        """See build_wheels."""
-        return build_wheels(plan, out, progress, self.guard)
-
-    def build_release(
-        self, release: Release | ReleasePlanning, out: Path, progress: Progress | None = None
-    ) -> list[Path]:
-        """See build_release_wheels."""
-        release = planned(release, progress)
-        return build_release_wheels(release, out, progress, self.guard)
-
-
-def build_release_wheels(
-    release: Release, out: Path, progress: Progress | None = None, guard: bool = False
-) -> list[Path]:
-    """A release's wheels in OUT: per platform one wheel of each Python-independent package
-    (from the group's source wheel; their METADATA lists every input wheel) and, from each
-    input wheel, its Python packages; atomic and reproducible."""
-    names: list[str] = []
-    with atomic_output(out) as build:
-        for group in release.groups:
+    def build(
+        self, release: ReleasePlanning, build: Path, progress: Progress | None = None
+    ) -> list[Artifact]:
+        """See the class."""
+        checked = planned(release, progress)
+        one = single(checked) is not None
+        written: list[Artifact] = []
+        for group in checked.groups:
             for plan in group.plans:
                 packages = group.packaged_from(plan)
-                inputs = group.inputs if plan is group.source else ()
-                names += _write_packages(plan, packages, build, progress, guard, inputs)
-    return [out / name for name in sorted(names)]
+                inputs = group.inputs if plan is group.source and not one else ()
+                written += _write_packages(plan, packages, build, progress, self.guard, inputs)
+        return written
 
 
 def _write_packages(
@@ -110,7 +99,7 @@ def _write_packages(
     progress: Progress | None,
     guard: bool,
     inputs: tuple[tuple[str, str], ...] = (),
-) -> list[str]:
+) -> list[Artifact]:
     written = []
     guarded = guard_files(plan) if guard else ({}, {})
     with Payload(plan.wheel) as source:
@@ -119,7 +108,7 @@ def _write_packages(
                 progress(f"wheel {package.name}", index, len(packages))
             files = package_files(plan, package, source, guarded)
             path = write_wheel(plan, package, files, source, build, inputs)
-            written.append(path.name)
+            written.append(artifact(path.name, plan, package))
     return written
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import shutil
@@ -16,6 +17,7 @@ from typing import Any
 
 from splitter.errors import InvalidWheel, SplitterError
 from splitter.input.safepath import check_member_name, safe_join
+from splitter.manifest import Artifact, read_manifest
 
 RUNTIME = "executorch-runtime"
 QUANTIZED = "executorch-kernels-quantized"
@@ -53,6 +55,7 @@ class Installed:
     # the output (an unmet dependency on one of those is a fault of the split)
     unmet: tuple[str, ...] = ()
     split_names: tuple[str, ...] = ()
+    paths: tuple[str, ...] | None = None  # the manifest's artifacts installed (None: all)
 
     @property
     def home(self) -> Path:
@@ -60,34 +63,31 @@ class Installed:
         return self.install_prefix or self.cmake_prefix
 
 
-def detect(out: Path) -> str:
-    """conda, tree or wheel, from what OUT holds."""
-    if any(out.glob("*/repodata.json")) and any(out.glob("*/*.conda")):
-        return "conda"
-    if any(out.glob("*.whl")):
-        return "wheel"
-    if any(out.glob("*.install")):
-        return "tree"
-    if any(out.glob("*.deb")):
-        return "deb"
-    if any(out.glob("*.rpm")):
-        return "rpm"
-    raise SplitterError(
-        f"not a splitter output (no channel, wheels, .install lists, .deb or .rpm): {out}\n"
-        "point verify at the -o directory of `splitter build`"
+def install(
+    out: Path,
+    scratch: Path,
+    only: tuple[str, ...] | None = None,
+    paths: tuple[str, ...] | None = None,
+) -> Installed:
+    """Install the packages of `out` (all; or the artifacts `paths` of its manifest; of those,
+    the plan packages in `only`) under `scratch`."""
+    manifest = read_manifest(out)
+    chosen = tuple(
+        a
+        for a in manifest.artifacts
+        if (paths is None or a.path in paths) and (only is None or a.package in only)
     )
-
-
-def install(out: Path, scratch: Path, only: tuple[str, ...] | None = None) -> Installed:
-    """Install the packages of `out` (all, or `only`) under `scratch`."""
-    kind = detect(out)
+    selected = tuple(a.path for a in chosen) if paths is not None else None
+    kind = manifest.target
     if kind == "conda":
-        return _conda(out, scratch, only)
-    if kind == "wheel":
-        return _wheel(out, scratch, only)
-    if kind in ("deb", "rpm"):
-        return _distro(kind, out, scratch, only)
-    return _tree(out, scratch, only)
+        installed = _conda(out, scratch, chosen)
+    elif kind == "wheel":
+        installed = _wheel(out, scratch, chosen)
+    elif kind in ("deb", "rpm"):
+        installed = _distro(kind, out, scratch, only)
+    else:
+        installed = _tree(out, scratch, chosen)
+    return dataclasses.replace(installed, paths=selected)
 
 
 def _distro(kind: str, out: Path, scratch: Path, only: tuple[str, ...] | None) -> Installed:
@@ -122,12 +122,8 @@ def _distro(kind: str, out: Path, scratch: Path, only: tuple[str, ...] | None) -
     )
 
 
-def _name_of_conda(path: Path) -> str:
-    return path.name.rsplit("-", 2)[0]
-
-
-def _conda(out: Path, scratch: Path, only: tuple[str, ...] | None) -> Installed:
-    packages = sorted(p for p in out.glob("*/*.conda") if only is None or _name_of_conda(p) in only)
+def _conda(out: Path, scratch: Path, chosen: tuple[Artifact, ...]) -> Installed:
+    packages = [out / a.path for a in chosen]
     prefix = scratch / "prefix"
     command = [sys.executable, "-c", INSTALL_CONDA, str(prefix), *map(str, packages)]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -145,7 +141,7 @@ def _conda(out: Path, scratch: Path, only: tuple[str, ...] | None) -> Installed:
         libdir=prefix / "lib",
         cmake_prefix=prefix,
         sitedir=site,
-        packages=tuple(_name_of_conda(p) for p in packages),
+        packages=tuple(a.package for a in chosen),
         verdicts=_unique(verdicts),
     )
 
@@ -162,22 +158,18 @@ def conda_info_file(package: Path, name: str) -> bytes:
         return extracted.read() if extracted else b"{}"
 
 
-def _wheel(out: Path, scratch: Path, only: tuple[str, ...] | None) -> Installed:
+def _wheel(out: Path, scratch: Path, chosen: tuple[Artifact, ...]) -> Installed:
     site = scratch / "site-packages"
-    names, verdicts = [], []
-    for wheel in sorted(out.glob("*.whl")):
-        name = wheel.name.split("-")[0].replace("_", "-")
-        if only is not None and name not in only:
-            continue
-        names.append(name)
-        verdicts += _unpack_wheel(wheel, site)
+    verdicts = []
+    for item in chosen:
+        verdicts += _unpack_wheel(out / item.path, site)
     return Installed(
         kind="wheel",
         root=site,
         libdir=site / "executorch" / "lib",
         cmake_prefix=site / "executorch",
         sitedir=site,
-        packages=tuple(names),
+        packages=tuple(a.package for a in chosen),
         verdicts=_unique(verdicts),
     )
 
@@ -208,19 +200,15 @@ def _unpack_wheel(wheel: Path, site: Path) -> list[dict[str, Any]]:
     return verdicts
 
 
-def _tree(out: Path, scratch: Path, only: tuple[str, ...] | None) -> Installed:
+def _tree(out: Path, scratch: Path, chosen: tuple[Artifact, ...]) -> Installed:
     prefix = scratch / "prefix"
-    names, verdicts = [], []
-    for manifest in sorted(out.glob("*.json")):
-        # A tree is named by its manifest, beside it: the package's name, or in a release's
-        # trees, executorch-export-py3XY for each export's.
-        tree = manifest.name.removesuffix(".json")
-        data = json.loads(manifest.read_text())
-        if only is not None and tree not in only and data["name"] not in only:
-            continue
-        names.append(data["name"])
+    verdicts = []
+    for item in chosen:
+        # A tree's artifact is its file list, beside the tree it describes.
+        listing = out / item.path
+        data = json.loads(listing.read_text())
         verdicts += data.get("process_exclusive", [])
-        staged = out / tree / data["prefix"].strip("/")
+        staged = listing.with_suffix("") / data["prefix"].strip("/")
         shutil.copytree(staged, prefix, dirs_exist_ok=True, symlinks=True)
     site = next(iter(sorted(prefix.glob("lib/python*/site-packages"))), None)
     site = site or next(iter(sorted(prefix.glob("lib/python3/dist-packages"))), None)
@@ -231,7 +219,7 @@ def _tree(out: Path, scratch: Path, only: tuple[str, ...] | None) -> Installed:
         libdir=libdir,
         cmake_prefix=prefix,
         sitedir=site,
-        packages=tuple(names),
+        packages=tuple(a.package for a in chosen),
         verdicts=_unique(verdicts),
     )
 

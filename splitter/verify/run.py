@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from splitter.errors import SplitterError
+from splitter.manifest import check_artifacts, read_manifest
 from splitter.plan.facts import machine_subdir
 from splitter.verify.coload import Outcome, coload_items, coload_matrix
 from splitter.verify.consumer import (
@@ -82,7 +83,7 @@ def verify_release(
             )
         else:
             checks += _verify(
-                environment.source, environment.packages, [found[version]], cmakes, jobs, only
+                environment.source, environment.paths, [found[version]], cmakes, jobs, only
             )
             continue
         checks.append(skipped("release", "all", reason, environment.label))
@@ -151,28 +152,29 @@ def verify(
     unknown = sorted(set(only) - set(CHECKS))
     if unknown:
         raise SplitterError(f"unknown check {unknown[0]!r}: choose from {', '.join(CHECKS)}")
-    with tempfile.TemporaryDirectory(prefix="splitter-release-") as views:
-        environments = release_environments(out, Path(views))
-        if environments is not None:
-            return verify_release(environments, pythons, cmakes, jobs, only)
+    manifest = read_manifest(out)
+    check_artifacts(out, manifest)  # an altered output is refused before anything is installed
+    environments = release_environments(out, manifest)
+    if environments is not None:
+        return verify_release(environments, pythons, cmakes, jobs, only)
     return _verify(out, None, pythons, cmakes, jobs, only)
 
 
 def _verify(
     out: Path,
-    packages: tuple[str, ...] | None,
+    paths: tuple[str, ...] | None,
     pythons: Sequence[Path],
     cmakes: list[Path],
     jobs: int,
     only: tuple[str, ...],
 ) -> list[Check]:
-    """The checks on `out` installed (all its packages, or `packages`)."""
+    """The checks on `out` installed (all its packages, or its artifacts `paths`)."""
     python = pythons[0] if pythons else Path(sys.executable)
     torch_python = python if torch_available(python) else None
     checks: list[Check] = []
     with tempfile.TemporaryDirectory(prefix="splitter-verify-") as scratch_name:
         scratch = Path(scratch_name)
-        full = install(out, scratch / "full", packages)
+        full = install(out, scratch / "full", paths=paths)
         if is_macos_output(full):
             return _macos(full, cmakes, only)
         items = coload_items(full.libdir, full.sitedir) if "co-load" in only else []
@@ -262,7 +264,7 @@ def consumer_checks(out: Path, full: Installed, cmakes: list[Path], scratch: Pat
     """
     checks = []
     has_quantized = QUANTIZED in full.packages
-    runtime_only = install(out, scratch / "runtime-only", only=(RUNTIME,))
+    runtime_only = install(out, scratch / "runtime-only", only=(RUNTIME,), paths=full.paths)
     for index, cmake in enumerate(cmakes):
         version = ".".join(map(str, cmake_version(cmake)))
         subject = f"CMake {version}"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from splitter.errors import ExternalToolError, SplitterError
 from splitter.input.payload import Payload
+from splitter.manifest import Artifact
 from splitter.model import CondaBackend, PackagePlan, Plan, Rpath
 from splitter.plan.layout import Layout, default_sitedir
 from splitter.plan.release import (
@@ -27,6 +28,7 @@ from splitter.plan.release import (
     wheel_inputs,
 )
 from splitter.plan.report import exclusivity_record
+from splitter.targets.builder import Target, artifact, build_output
 from splitter.targets.conda.assemble import (
     PLACEHOLDER,
     Assembled,
@@ -46,7 +48,6 @@ from splitter.targets.conda.meta import (
 from splitter.targets.conda.recipes import write_recipes, write_support
 from splitter.targets.conda.releaserecipe import Variant, support_folders, write_release_recipe
 from splitter.targets.conda.workers import WorkerDied, Workers, die_with_parent
-from splitter.targets.output import atomic_output
 from splitter.targets.scratch import scratch_dir
 from splitter.targets.stage import Progress, Reusable, Staged, reusable, stage
 
@@ -77,20 +78,21 @@ class CondaOptions:
 
 @dataclass(frozen=True, slots=True)
 class CondaBuilder:
-    """A conda build whose worker processes are running (see conda_builder)."""
+    """A conda build whose worker processes are running (see conda_builder): one wheel's
+    channel (build_conda) or a release's (build_conda_release)."""
 
     options: CondaOptions
     workers: Workers
+    target: Target = Target.CONDA
 
-    def build(self, plan: Plan, out: Path, progress: Progress | None = None) -> list[Path]:
-        """One wheel's packages: see build_conda."""
-        return _build(plan, out, progress, options=self.options, workers=self.workers)
-
-    def build_release(
-        self, release: Release | ReleasePlanning, out: Path, progress: Progress | None = None
-    ) -> list[Path]:
-        """A release's channel: see build_conda_release."""
-        return build_conda_release(release, out, self.options, progress, self.workers)
+    def build(
+        self, release: ReleasePlanning, build: Path, progress: Progress | None = None
+    ) -> list[Artifact]:
+        """See the class."""
+        if len(release.paths) == 1:
+            (plan,) = release.plans(progress)
+            return _build(plan, build, progress, options=self.options, workers=self.workers)
+        return _build_release(release, build, self.options, progress, self.workers)
 
 
 @contextlib.contextmanager
@@ -135,17 +137,17 @@ def build_conda(
         jobs=jobs,
     )
     with conda_builder(options) as builder:
-        return builder.build(plan, out, progress)
+        return build_output(builder, plan, out, progress).written
 
 
 def _build(
-    plan: Plan, out: Path, progress: Progress | None, *, options: CondaOptions, workers: Workers
-) -> list[Path]:
+    plan: Plan, build: Path, progress: Progress | None, *, options: CondaOptions, workers: Workers
+) -> list[Artifact]:
     subdir = plan.platform.conda_subdir
     builds = {p.name: build_string(plan, p) for p in plan.packages}
     need = sum(p.bytes for p in plan.packages)
     backend = options.backend
-    with atomic_output(out) as build, scratch_dir(need) as work:
+    with scratch_dir(need) as work:
         try:
             workers.shrink(min(options.jobs, len(plan.packages)) - 1)
             staged = _stage(plan, work, options, progress)
@@ -176,8 +178,10 @@ def _build(
         except BaseException:
             workers.kill()  # before the scratch they write into goes
             raise
-        written = sorted(str(p.relative_to(build)) for p in build.rglob("*") if p.is_file())
-    return [out / name for name in written]
+    return [
+        artifact(f"{subdir}/{p.name}-{p.version}-{builds[p.name]}.conda", plan, p)
+        for p in plan.packages
+    ]
 
 
 def _finished(job: AssembleJob, result: Assembled) -> tuple[str, dict[str, object]]:
@@ -327,21 +331,41 @@ def build_conda_release(
             "rattler-build recipe (a variant per Python) is written under OUT/recipes/<subdir>/ "
             "for a rebuild"
         )
-    planning = release if isinstance(release, ReleasePlanning) else ReleasePlanning.of(release)
     with contextlib.ExitStack() as stack:
         if workers is None:
             workers = stack.enter_context(assemble_workers(options.jobs))
-        build = stack.enter_context(atomic_output(out))
-        try:
-            with ReleasePipeline(build, options, progress, workers) as pipeline:
-                for plan in planning.plans(progress):
-                    pipeline.add(plan)
-                pipeline.complete(planning.release())
-        except BaseException:
-            workers.kill()  # before the scratch they write into goes
-            raise
-        written = sorted(str(p.relative_to(build)) for p in build.rglob("*") if p.is_file())
-    return [out / name for name in written]
+        builder = CondaBuilder(options, workers)
+        return build_output(builder, release, out, progress).written
+
+
+def _build_release(
+    planning: ReleasePlanning,
+    build: Path,
+    options: CondaOptions,
+    progress: Progress | None,
+    workers: Workers,
+) -> list[Artifact]:
+    if options.backend != CondaBackend.ASSEMBLE:
+        raise SplitterError(
+            f"a release is packaged with --backend assemble, not {options.backend}: its "
+            "rattler-build recipe (a variant per Python) is written under OUT/recipes/<subdir>/ "
+            "for a rebuild"
+        )
+    try:
+        with ReleasePipeline(build, options, progress, workers) as pipeline:
+            for plan in planning.plans(progress):
+                pipeline.add(plan)
+            pipeline.complete(planning.release())
+    except BaseException:
+        workers.kill()  # before the scratch they write into goes
+        raise
+    return [
+        artifact(f"{group.subdir}/{p.name}-{p.version}-{builds[p.name]}.conda", plan, p)
+        for group in planning.release().groups
+        for plan in group.plans
+        for builds in [pipeline.builds[plan.wheel.filename]]
+        for p in group.packaged_from(plan)
+    ]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -408,6 +432,7 @@ class ReleasePipeline:
         self.finished = 0
         self.queued = 0
         self.scratches = contextlib.ExitStack()
+        self.builds: dict[str, dict[str, str]] = {}  # wheel file name -> package -> build string
 
     def __enter__(self) -> ReleasePipeline:
         return self
@@ -436,6 +461,7 @@ class ReleasePipeline:
             name: build_string(source, source.package(name)) for name in shared
         }
         variant = Variant(plan=plan, builds=builds)
+        self.builds[plan.wheel.filename] = builds
         mine = tuple(p for p in plan.packages if plan is source or p.name not in shared)
         while len({id(p.wheel) for p in self.packing}) >= self.AHEAD:
             self._help_or_wait(spare=1)

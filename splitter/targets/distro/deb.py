@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from splitter.errors import RecipeError, SplitterError
+from splitter.manifest import Artifact
 from splitter.model import Distro, PackagePlan, Plan
 from splitter.plan.layout import make_layout
 from splitter.plan.release import Release, ReleasePlanning, planned
+from splitter.targets.builder import Target, artifact
 from splitter.targets.distro import debmeta
 from splitter.targets.distro.common import (
     RECORD,
@@ -39,7 +41,6 @@ from splitter.targets.distro.common import (
     run_tool,
     stage_under,
 )
-from splitter.targets.output import atomic_output
 from splitter.targets.stage import Progress, Staged
 
 SITEDIR = "lib/python3/dist-packages"  # Debian's one directory for every python3
@@ -51,29 +52,24 @@ WORKERS = 2  # packages packed at once (dpkg-shlibdeps, md5sums, dpkg-deb)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DebBuilder:
-    """`--target deb`: one .deb per package of each plan."""
+    """`--target deb`: OUT/<name>_<version>_<arch>.deb for each package of each platform; a
+    distribution has one python3, so one wheel per platform. Reproducible."""
 
     guard: bool = False
+    target: Target = Target.DEB
 
-    def build(self, plan: Plan, out: Path, progress: Progress | None = None) -> list[Path]:
-        """OUT/<name>_<version>_<arch>.deb for each package; atomic and reproducible."""
-        with atomic_output(out) as build:
-            written = write_debs(plan, build, progress, self.guard)
-        return [out / name for name in written]
-
-    def build_release(
-        self, release: Release | ReleasePlanning, out: Path, progress: Progress | None = None
-    ) -> list[Path]:
-        """One set of .deb per platform; a distribution has one python3, so one wheel each."""
-        release = planned(release, progress)
-        check_one_python(release, "deb")
-        with atomic_output(out) as build:
-            written = [
-                name
-                for group in release.groups
-                for name in write_debs(group.source, build, progress, self.guard)
-            ]
-        return [out / name for name in sorted(written)]
+    def build(
+        self, release: ReleasePlanning, build: Path, progress: Progress | None = None
+    ) -> list[Artifact]:
+        """See the class."""
+        checked = planned(release, progress)
+        check_one_python(checked, "deb")
+        written: list[Artifact] = []
+        for group in checked.groups:
+            plan = group.source
+            names = write_debs(plan, build, progress, self.guard)
+            written += [artifact(n, plan, p) for n, p in zip(names, plan.packages, strict=True)]
+        return written
 
 
 def check_one_python(release: Release, target: str) -> None:

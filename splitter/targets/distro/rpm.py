@@ -16,9 +16,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from splitter.manifest import Artifact
 from splitter.model import Plan
 from splitter.plan.layout import make_layout
-from splitter.plan.release import Release, ReleasePlanning, planned
+from splitter.plan.release import ReleasePlanning, planned
+from splitter.targets.builder import Target, artifact
 from splitter.targets.distro.common import (
     RECORD,
     arch_of,
@@ -32,7 +34,6 @@ from splitter.targets.distro.common import (
 )
 from splitter.targets.distro.deb import check_one_python
 from splitter.targets.distro.rpmspec import render_spec, rpmlintrc, spec_name
-from splitter.targets.output import atomic_output
 from splitter.targets.stage import Progress
 
 PAYLOAD = "w3.zstdio"  # zstd level 3, one thread: its output depends on nothing else
@@ -40,29 +41,34 @@ PAYLOAD = "w3.zstdio"  # zstd level 3, one thread: its output depends on nothing
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RpmBuilder:
-    """`--target rpm`: one .rpm per package of each plan, and the spec that built them."""
+    """`--target rpm`: OUT/<name>-<version>-<release>.<arch>.rpm per package of each platform,
+    with OUT/SPECS (the spec that built them) and OUT/SOURCES; a distribution has one python3,
+    so one wheel per platform."""
 
     guard: bool = False
+    target: Target = Target.RPM
 
-    def build(self, plan: Plan, out: Path, progress: Progress | None = None) -> list[Path]:
-        """OUT/<name>-<version>-<release>.<arch>.rpm per package, OUT/SPECS and OUT/SOURCES."""
-        with atomic_output(out) as build:
-            written = write_rpms(plan, build, progress, self.guard)
-        return [out / name for name in written]
+    def build(
+        self, release: ReleasePlanning, build: Path, progress: Progress | None = None
+    ) -> list[Artifact]:
+        """See the class."""
+        checked = planned(release, progress)
+        check_one_python(checked, "rpm")
+        written: list[Artifact] = []
+        for group in checked.groups:
+            plan = group.source
+            files = write_rpms(plan, build, progress, self.guard)
+            names = dict(distro_of(plan, "rpm").names)
+            for package in plan.packages:
+                head = f"{names[package.name]}-{plan.wheel.version}-"
+                (path,) = [f for f in files if "/" not in f and _rpm_name(f) == head]
+                written.append(artifact(path, plan, package))
+        return written
 
-    def build_release(
-        self, release: Release | ReleasePlanning, out: Path, progress: Progress | None = None
-    ) -> list[Path]:
-        """One set of .rpm per platform; a distribution has one python3, so one wheel each."""
-        release = planned(release, progress)
-        check_one_python(release, "rpm")
-        with atomic_output(out) as build:
-            written = [
-                name
-                for group in release.groups
-                for name in write_rpms(group.source, build, progress, self.guard)
-            ]
-        return [out / name for name in sorted(set(written))]
+
+def _rpm_name(filename: str) -> str:
+    """<name>-<version>- of <name>-<version>-<release>.<arch>.rpm."""
+    return filename.rsplit("-", 1)[0] + "-" if filename.endswith(".rpm") else ""
 
 
 def write_rpms(plan: Plan, build: Path, progress: Progress | None, guard: bool) -> list[str]:

@@ -1,0 +1,142 @@
+"""The builder contract and the driver every target goes through.
+
+A target is a `Builder`: given a release (a single wheel is a release of one) and an empty
+directory, it writes its packages there and says which files are packages (`Artifact`s). The
+driver, `build_output`, owns the rest, the same for every target: the staging directory beside
+OUT and its atomic publish (splitter.targets.output), which replaces what the previous build of
+OUT wrote and never a user's file, and the manifest (splitter.manifest) that lists the inputs,
+every artifact with its digest, and every file written.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Protocol
+
+from splitter.manifest import NAME as MANIFEST
+from splitter.manifest import Artifact, Manifest, digest
+from splitter.model import PackagePlan, Plan
+from splitter.plan.release import Release, ReleasePlanning, check_release
+from splitter.targets.output import atomic_output, files_under
+
+Progress = Callable[[str, int, int], None]
+PACKAGE_SUFFIXES = (".conda", ".whl", ".deb", ".rpm")
+
+
+class Target(StrEnum):
+    """The output formats of `splitter build`."""
+
+    CONDA = "conda"
+    WHEEL = "wheel"
+    TREE = "tree"
+    DEB = "deb"
+    RPM = "rpm"
+
+
+class Builder(Protocol):
+    """What every target implements."""
+
+    @property
+    def target(self) -> Target:
+        """Which target this is (written into the manifest)."""
+        ...
+
+    def build(
+        self, release: ReleasePlanning, build: Path, progress: Progress | None
+    ) -> list[Artifact]:
+        """Write the release's packages into the empty directory `build`; return the package
+        files written, their paths relative to `build` (digests are the driver's)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Built:
+    """What a build published: OUT and its manifest."""
+
+    out: Path
+    manifest: Manifest
+
+    @property
+    def written(self) -> list[Path]:
+        """Every file the build wrote into OUT, its manifest included, sorted."""
+        return [self.out / f for f in sorted((*self.manifest.files, MANIFEST))]
+
+    @property
+    def artifacts(self) -> list[Path]:
+        """The package files, in the manifest's order."""
+        return [self.out / a.path for a in self.manifest.artifacts]
+
+
+def as_release(source: Plan | Release | ReleasePlanning) -> ReleasePlanning:
+    """A single wheel's plan as a release of one; a release as the planning builders take."""
+    if isinstance(source, ReleasePlanning):
+        return source
+    if isinstance(source, Plan):
+        source = check_release([source], source.recipe)
+    return ReleasePlanning.of(source)
+
+
+def build_output(
+    builder: Builder,
+    source: Plan | Release | ReleasePlanning,
+    out: Path,
+    progress: Progress | None = None,
+) -> Built:
+    """Build `source` with `builder` into OUT: staged beside it, published only when complete,
+    with OUT/splitter-manifest.json."""
+    release = as_release(source)
+    with atomic_output(out) as build:
+        artifacts = builder.build(release, build, progress)
+        manifest = make_manifest(builder.target, release.release(), artifacts, build)
+        (build / MANIFEST).write_text(manifest.text(), encoding="utf-8")
+    return Built(out, manifest)
+
+
+def make_manifest(
+    target: Target, release: Release, artifacts: list[Artifact], build: Path
+) -> Manifest:
+    """The manifest of what `build` holds; every package file must be an artifact."""
+    files = sorted(files_under(build) - {MANIFEST})
+    listed = {a.path for a in artifacts}
+    unlisted = [f for f in files if f.endswith(PACKAGE_SUFFIXES) and f not in listed]
+    missing = sorted(listed - set(files))
+    assert not unlisted and not missing, f"builder's artifacts: {unlisted=} {missing=}"
+    hashed = []
+    for artifact in sorted(artifacts, key=lambda a: a.path):
+        sha256, size = digest(build / artifact.path)
+        hashed.append(
+            Artifact(
+                path=artifact.path,
+                package=artifact.package,
+                platform=artifact.platform,
+                python=artifact.python,
+                sha256=sha256,
+                size=size,
+            )
+        )
+    return Manifest(
+        splitter=importlib.metadata.version("splitter"),
+        target=str(target),
+        inputs=release.inputs,
+        artifacts=tuple(hashed),
+        files=tuple(files),
+    )
+
+
+def artifact(path: str, plan: Plan, package: PackagePlan) -> Artifact:
+    """An artifact of `package`, built from `plan`'s wheel (its Python when it is a Python
+    package)."""
+    python = "{}.{}".format(*plan.platform.python) if package.python else None
+    return Artifact(
+        path=path, package=package.name, platform=plan.platform.conda_subdir, python=python
+    )
+
+
+def single(release: Release) -> Plan | None:
+    """The plan of a release of one wheel (a single wheel's build), else None."""
+    plans = [p for group in release.groups for p in group.plans]
+    return plans[0] if len(plans) == 1 else None
