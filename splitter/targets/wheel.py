@@ -27,18 +27,8 @@ from splitter.plan.layout import UPSTREAM_CMAKE
 from splitter.plan.release import ReleasePlanning, link_stamps, planned
 from splitter.plan.report import exclusivity_record
 from splitter.targets.builder import Target, artifact, build_output, single
-from splitter.targets.generated.cmake import (
-    CONFIG,
-    FRAGMENT,
-    RUNTIME_COMPONENT,
-    VERSION,
-    CMakeLayout,
-    render_exclusive,
-    render_fragment,
-    render_version,
-)
-from splitter.targets.generated.cmakeconfig import render_config
-from splitter.targets.generated.files import exclusive_pairs
+from splitter.targets.generated.cmake import CMakeLayout
+from splitter.targets.generated.files import cmake_files
 from splitter.targets.generated.guard import guard_files
 from splitter.targets.stage import Progress
 
@@ -140,37 +130,9 @@ def package_files(
     for path, data in added.items():
         if path.rsplit("/", 1)[0] + "/__init__.py" in files:
             files[path] = (data, False)
-    libraries = dict(plan.component_libraries)
-    providers = {
-        c: p.name for p in plan.packages for c in p.cmake_components if c != RUNTIME_COMPONENT
-    }
     for directory, layout in CMAKE_DIRS.items():
-        for component in package.cmake_components:
-            if component == RUNTIME_COMPONENT:
-                files[f"{directory}/{CONFIG}"] = (
-                    render_config(
-                        build_version=plan.build_version,
-                        runtime_library=libraries[component],
-                        runtime_package=package.name,
-                        providers=providers,
-                        layout=layout,
-                    ).encode(),
-                    False,
-                )
-                files[f"{directory}/{VERSION}"] = (
-                    render_version(plan.wheel.version, plan.build_version).encode(),
-                    False,
-                )
-            else:
-                files[f"{directory}/{FRAGMENT.format(name=component)}"] = (
-                    render_fragment(
-                        component,
-                        libraries[component],
-                        package.name,
-                        render_exclusive(component, exclusive_pairs(plan, libraries[component])),
-                    ).encode(),
-                    False,
-                )
+        for path, text in cmake_files(plan, package, directory, layout):
+            files[path] = (text.encode(), False)
     return files
 
 

@@ -35,54 +35,15 @@ def generated_files(
     e.g. libexecutorch-kernels-quantized); by default the plan's."""
     out: list[tuple[str, str, bool]] = []
     libraries = dict(plan.component_libraries)
-    called = names or {p.name: p.name for p in plan.packages}
-    providers = {
-        c: called[p.name]
-        for p in plan.packages
-        for c in p.cmake_components
-        if c != RUNTIME_COMPONENT
-    }
     cmake_layout = CMakeLayout(
         to_libdir=posixpath.relpath(layout.libdir, layout.cmakedir),
         to_includedir=posixpath.relpath(layout.includedir, layout.cmakedir),
         libdir_from_bindir=posixpath.relpath(layout.libdir, layout.bindir),
     )
-    for component in package.cmake_components:
-        if component == RUNTIME_COMPONENT:
-            out.append(
-                (
-                    f"{layout.cmakedir}/{CONFIG}",
-                    render_config(
-                        build_version=plan.build_version,
-                        runtime_library=libraries[component],
-                        runtime_package=called[package.name],
-                        providers=providers,
-                        layout=cmake_layout,
-                        macos=bool(plan.platform.macos),
-                    ),
-                    False,
-                )
-            )
-            out.append(
-                (
-                    f"{layout.cmakedir}/{VERSION}",
-                    render_version(plan.wheel.version, plan.build_version),
-                    False,
-                )
-            )
-        else:
-            out.append(
-                (
-                    f"{layout.cmakedir}/{FRAGMENT.format(name=component)}",
-                    render_fragment(
-                        component,
-                        libraries[component],
-                        called[package.name],
-                        render_exclusive(component, exclusive_pairs(plan, libraries[component])),
-                    ),
-                    False,
-                )
-            )
+    out += [
+        (path, text, False)
+        for path, text in cmake_files(plan, package, layout.cmakedir, cmake_layout, names)
+    ]
     to_prefix = posixpath.relpath(".", layout.pkgconfigdir)
     if RUNTIME_COMPONENT in package.cmake_components:
         retained = tuple(
@@ -134,6 +95,47 @@ def generated_files(
             out.append(
                 (f"{layout.bindir}/{name}", console_script(target, layout.interpreter), True)
             )
+    return out
+
+
+def cmake_files(
+    plan: Plan,
+    package: PackagePlan,
+    cmakedir: str,
+    cmake_layout: CMakeLayout,
+    names: Mapping[str, str] | None = None,
+) -> list[tuple[str, str]]:
+    """The CMake package files of one package in `cmakedir`, as (path, text): for the runtime
+    component the config and its version file, for every other component its fragment with
+    its exclusivity block. `names` as for generated_files."""
+    libraries = dict(plan.component_libraries)
+    called = names or {p.name: p.name for p in plan.packages}
+    providers = {
+        c: called[p.name]
+        for p in plan.packages
+        for c in p.cmake_components
+        if c != RUNTIME_COMPONENT
+    }
+    out: list[tuple[str, str]] = []
+    for component in package.cmake_components:
+        if component == RUNTIME_COMPONENT:
+            config = render_config(
+                build_version=plan.build_version,
+                runtime_library=libraries[component],
+                runtime_package=called[package.name],
+                providers=providers,
+                layout=cmake_layout,
+                macos=bool(plan.platform.macos),
+            )
+            out.append((f"{cmakedir}/{CONFIG}", config))
+            version = render_version(plan.wheel.version, plan.build_version)
+            out.append((f"{cmakedir}/{VERSION}", version))
+        else:
+            exclusive = render_exclusive(component, exclusive_pairs(plan, libraries[component]))
+            fragment = render_fragment(
+                component, libraries[component], called[package.name], exclusive
+            )
+            out.append((f"{cmakedir}/{FRAGMENT.format(name=component)}", fragment))
     return out
 
 
