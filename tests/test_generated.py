@@ -1,8 +1,10 @@
-"""Generated files have one renderer: the CMake config every target writes is the same text in
-the wheel, tree and conda outputs, spelled for the wheel's platform."""
+"""Generated files have one home: the CMake config every target writes, and the "split from"
+sentence every description gives, are the same text in the wheel, tree and conda outputs."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import subprocess
 import sys
 import zipfile
@@ -12,7 +14,10 @@ from pathlib import Path
 import pytest
 from consumer_tools import cmake_executable
 
-from splitter.verify.install import QUANTIZED, RUNTIME, install
+from splitter.plan.make import make_plan
+from splitter.plan.recipe import load_recipe
+from splitter.targets.generated.files import SPLIT_FROM, split_from
+from splitter.verify.install import QUANTIZED, RUNTIME, conda_info_file, install
 from splitter.verify.macos import PROBE
 
 pytestmark = pytest.mark.integration
@@ -101,3 +106,23 @@ def test_macos_config_configures_for_darwin(built: Built, target: str, tmp_path:
         options = values["SPLITTER_OPTIONS"].split(";")
         assert options[:2] == ["LINKER:-rpath,@loader_path", "LINKER:-rpath,@loader_path/../lib"]
         assert not any("ORIGIN" in o or "new-dtags" in o for o in options), options
+
+
+def test_split_from_is_said_once(built: Built, real_wheel_macos: Path) -> None:
+    """Each package's description names the input wheel and its digest once, in the sentence
+    split_from writes, in the wheel's METADATA and in the .conda's about.json."""
+    digest = hashlib.sha256(real_wheel_macos.read_bytes()).hexdigest()
+    sentence = f"Split by splitter from {real_wheel_macos.name} (sha256 {digest})."
+    assert split_from(make_plan(real_wheel_macos, load_recipe())) == sentence
+    descriptions = {}
+    for wheel in sorted(built("macos", "wheel").glob("*.whl")):
+        with zipfile.ZipFile(wheel) as archive:
+            name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+            descriptions[wheel.name] = archive.read(name).decode().split("\n\n", 1)[1]
+    for package in sorted(built("macos", "conda").glob("osx-arm64/*.conda")):
+        about = json.loads(conda_info_file(package, "info/about.json"))
+        descriptions[package.name] = about["description"]
+    assert len(descriptions) == 6
+    for name, text in descriptions.items():
+        assert text.count(sentence) == 1, name
+        assert text.count(SPLIT_FROM) == 1, name

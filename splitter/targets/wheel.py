@@ -28,7 +28,7 @@ from splitter.plan.release import ReleasePlanning, link_stamps, planned
 from splitter.plan.report import exclusivity_record
 from splitter.targets.builder import Target, artifact, build_output, single
 from splitter.targets.generated.cmake import CMakeLayout
-from splitter.targets.generated.files import cmake_files
+from splitter.targets.generated.files import cmake_files, split_from
 from splitter.targets.generated.guard import guard_files
 from splitter.targets.stage import Progress
 
@@ -140,10 +140,7 @@ def description(plan: Plan, package: PackagePlan, inputs: tuple[tuple[str, str],
     """Where the package comes from (with `inputs`, every wheel of the release it stands for),
     and which requirements the recipe's [externals] add that the input wheel's own
     Requires-Dist does not name (executorch 1.5.1 omits torch)."""
-    text = (
-        f"{package.summary}.\n\nSplit by splitter from {plan.wheel.filename} "
-        f"(sha256 {plan.wheel.sha256})."
-    )
+    text = f"{package.summary}.\n\n{split_from(plan)}"
     if inputs:
         listed = "".join(f"\n- {name} (sha256 {sha})" for name, sha in inputs)
         text += (

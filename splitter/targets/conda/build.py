@@ -48,6 +48,7 @@ from splitter.targets.conda.meta import (
 from splitter.targets.conda.recipes import write_recipes, write_support
 from splitter.targets.conda.releaserecipe import Variant, support_folders, write_release_recipe
 from splitter.targets.conda.workers import WorkerDied, Workers, die_with_parent
+from splitter.targets.generated.files import split_from
 from splitter.targets.scratch import scratch_dir
 from splitter.targets.stage import Progress, Reusable, Staged, reusable, stage
 
@@ -285,8 +286,7 @@ def assemble_jobs(
             homepage=plan.wheel.home or None,
             license=plan.wheel.license or None,
             summary=package.summary,
-            description=f"{package.summary}. Split by splitter from "
-            f"{plan.wheel.filename} (sha256 {plan.wheel.sha256})." + _release_note(plan, inputs),
+            description=f"{package.summary}. {split_from(plan)}" + _release_note(plan, inputs),
             depends=tuple(conda_depends(plan, package, dict(builds))),
             license_files=licenses,
             compression_level=compression_level,

@@ -41,6 +41,7 @@ from splitter.targets.distro.common import (
     run_tool,
     stage_under,
 )
+from splitter.targets.generated.files import split_from
 from splitter.targets.stage import Progress, Staged
 
 SITEDIR = "lib/python3/dist-packages"  # Debian's one directory for every python3
@@ -310,7 +311,7 @@ def _write_control(
     root_doc = f"/usr/share/doc/{name}/{RECORD}"
     long = debmeta.paragraphs(
         package.summary + "." if debmeta.synopsis(package.summary) != package.summary else "",
-        f"Split by splitter from {plan.wheel.filename} (sha256 {plan.wheel.sha256}).",
+        split_from(plan),
         exclusivity_sentence(plan, package, root_doc),
     )
     unique = list(dict.fromkeys(depends))

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from splitter.model import Plan
+from splitter.targets.generated.files import SPLIT_FROM, split_from
 
 DEP5 = "https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/"
 
@@ -165,9 +166,7 @@ def copyright_file(plan: Plan, license_text: str) -> str:
     ]
     if plan.wheel.home:
         fields.append(f"Source: {plan.wheel.home}")
-    fields.append(
-        f"Comment: Split by splitter from {plan.wheel.filename} (sha256 {plan.wheel.sha256})."
-    )
+    fields.append(f"Comment: {split_from(plan)}")
     copyright_lines = "\n".join(f" {h}" for h in holders[1:])
     first = holders[0] if holders else "the ExecuTorch authors"
     stanza = [
@@ -184,7 +183,7 @@ def changelog_gz(source: str, version: str, maintainer: str, plan: Plan) -> byte
     date = time.strftime("%a, %d %b %Y %H:%M:%S +0000", time.gmtime(plan.wheel.timestamp))
     text = (
         f"{source} ({version}) unstable; urgency=medium\n\n"
-        f"  * Split by splitter from\n"
+        f"  * {SPLIT_FROM}\n"
         f"    {plan.wheel.filename}\n"
         f"    (sha256 {plan.wheel.sha256[:32]}\n"
         f"    {plan.wheel.sha256[32:]}).\n\n"

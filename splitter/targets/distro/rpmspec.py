@@ -15,6 +15,7 @@ from splitter.targets.distro.common import (
     has_env_script,
 )
 from splitter.targets.distro.debmeta import synopsis
+from splitter.targets.generated.files import SPLIT_FROM, split_from
 from splitter.targets.stage import Staged, own_directories
 
 # Macros every build of the spec needs, whoever runs it: upstream's binaries are shipped as
@@ -195,8 +196,7 @@ def _package_section(
         "",
         f"%description{_suffix(rpm_name, spec)}",
         _wrap(
-            f"{package.summary}. Split by splitter from {plan.wheel.filename} "
-            f"(sha256 {plan.wheel.sha256}). {exclusivity_sentence(plan, package, record)}"
+            f"{package.summary}. {split_from(plan)} {exclusivity_sentence(plan, package, record)}"
         ),
         "",
     ]
@@ -236,5 +236,5 @@ def changelog(plan: Plan, distro: Distro) -> list[str]:
     date = time.strftime("%a %b %d %Y", time.gmtime(plan.wheel.timestamp))
     return [
         f"* {date} {distro.maintainer} - {plan.wheel.version}-{distro.revision}",
-        f"- Split by splitter from {plan.wheel.filename}",
+        f"- {SPLIT_FROM} {plan.wheel.filename}",
     ]

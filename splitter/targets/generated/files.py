@@ -23,6 +23,10 @@ from splitter.targets.generated.cmake import (
 )
 from splitter.targets.generated.cmakeconfig import render_config
 
+# The words before the input wheel's name wherever a package says where it comes from; a
+# changelog that wraps the name and digest over lines lays them out itself.
+SPLIT_FROM = "Split by splitter from"
+
 
 def generated_files(
     plan: Plan,
@@ -137,6 +141,12 @@ def cmake_files(
             )
             out.append((f"{cmakedir}/{FRAGMENT.format(name=component)}", fragment))
     return out
+
+
+def split_from(plan: Plan) -> str:
+    """The sentence every package's description gives its origin: the input wheel and its
+    sha256."""
+    return f"{SPLIT_FROM} {plan.wheel.filename} (sha256 {plan.wheel.sha256})."
 
 
 def exclusive_pairs(plan: Plan, library: str) -> list[tuple[str, bool, str, str]]:
