@@ -23,9 +23,9 @@ from splitter.plan.make import make_plan
 from splitter.plan.recipe import load_recipe
 from splitter.plan.release import PlatformGroup, Release
 from splitter.targets.builder import build_output
-from splitter.targets.distro.common import tool_path
 from splitter.targets.distro.deb import DebBuilder
 from splitter.targets.generated.files import generated_files
+from splitter.tools import tool_path
 
 pytestmark = pytest.mark.integration
 

@@ -17,9 +17,17 @@ from packaging.version import Version
 
 from splitter.errors import ExternalToolError, InvalidWheel
 from splitter.model import Recipe
-from splitter.plan.facts import machine_subdir
 
 CACHE_ENV = "SPLITTER_CACHE"
+
+
+# manylinux machine -> conda subdir
+SUBDIRS = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
+
+
+def machine_subdir() -> str:
+    """The conda subdir of the machine splitter runs on ("" when splitter builds none for it)."""
+    return SUBDIRS.get(os.uname().machine, "")
 
 
 def cache_dir() -> Path:

@@ -5,26 +5,20 @@ conda's names."""
 
 from __future__ import annotations
 
-import os
 import re
+from dataclasses import dataclass
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 
-from splitter.errors import RecipeError, UnsupportedWheel
-from splitter.model import Platform, Recipe, WheelInfo
+from splitter.errors import RecipeError, SplitterError, UnsupportedWheel
+from splitter.input.fetch import SUBDIRS
+from splitter.model import Plan, Platform, Recipe, WheelInfo
 
-# manylinux machine -> conda subdir
-SUBDIRS = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
 # macOS machine -> conda subdir (upstream ships no macOS x86_64 wheel)
 MACOS_SUBDIRS = {"arm64": "osx-arm64"}
 MACOS_TAG = re.compile(r"macosx_(\d+)_(\d+)_(\w+)")
 LEGACY_GLIBC = {"manylinux2014": "2.17", "manylinux2010": "2.12", "manylinux1": "2.5"}
-
-
-def machine_subdir() -> str:
-    """The conda subdir of the machine splitter runs on ("" when splitter builds none for it)."""
-    return SUBDIRS.get(os.uname().machine, "")
 
 
 def subdir_of_tag(tag: str) -> str:
@@ -123,3 +117,30 @@ def conda_requirements(wheel: WheelInfo, recipe: Recipe, platform: Platform) -> 
             f"{recipe.path}\nadd them under [conda.names]"
         )
     return tuple(sorted(specs))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Arch:
+    """One Linux architecture as each distribution spells it."""
+
+    machine: str  # x86_64, aarch64 (the plan's platform.machine)
+    deb: str  # amd64, arm64
+    triplet: str  # Debian's multiarch triplet: the libdir is lib/<triplet>
+
+
+ARCHES = {
+    "x86_64": Arch(machine="x86_64", deb="amd64", triplet="x86_64-linux-gnu"),
+    "aarch64": Arch(machine="aarch64", deb="arm64", triplet="aarch64-linux-gnu"),
+}
+
+
+def arch_of(plan: Plan, target: str) -> Arch:
+    """The architecture of the plan's wheel; other platforms have no deb or rpm."""
+    arch = ARCHES.get(plan.platform.machine)
+    if arch is None or not plan.platform.tag.startswith("manylinux"):
+        raise SplitterError(
+            f"--target {target} packages Linux x86_64 and aarch64 wheels only "
+            f"(the wheel's platform is {plan.platform.tag}): {plan.wheel.filename}\n"
+            f"give a manylinux wheel, or use --target wheel or conda for this platform"
+        )
+    return arch

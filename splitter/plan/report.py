@@ -9,6 +9,7 @@ from splitter.plan.release import Release
 
 SCHEMA_VERSION = 1
 EXCLUSIVE_SCHEMA = "splitter.process-exclusive/1"  # the exclusivity record every target ships
+RECORD = "splitter-process-exclusive.json"  # the exclusivity record, in the package's doc dir
 
 
 def dependency_json(dep: Dependency) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from splitter.binaries.elf import analyse_elf, is_elf
-from splitter.targets.conda.workers import die_with_parent
+from splitter.tools import die_with_parent
 
 TORCH_SONAMES = ("libtorch", "libc10")
 TIMEOUT = 300  # seconds one load may take before it counts as an error

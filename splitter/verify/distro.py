@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from splitter.errors import ExternalToolError, SplitterError
-from splitter.targets.distro.common import ARCHES, RECORD, need_tool, run_tool, tool_path
+from splitter.plan.facts import ARCHES
+from splitter.plan.report import RECORD
+from splitter.tools import need_tool, run_tool, tool_path
 
 
 def _record(command: list[str], package: Path, stdin: Any = None) -> dict[str, Any]:

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from splitter.errors import SplitterError
+from splitter.input.fetch import machine_subdir
 from splitter.manifest import check_artifacts, read_manifest
-from splitter.plan.facts import machine_subdir
 from splitter.verify.coload import Outcome, coload_items, coload_matrix
 from splitter.verify.consumer import (
     MISSING_QUANTIZED,

@@ -47,10 +47,11 @@ from splitter.targets.conda.meta import (
 )
 from splitter.targets.conda.recipes import write_recipes, write_support
 from splitter.targets.conda.releaserecipe import Variant, support_folders, write_release_recipe
-from splitter.targets.conda.workers import WorkerDied, Workers, die_with_parent
+from splitter.targets.conda.workers import WorkerDied, Workers
 from splitter.targets.generated.files import split_from
 from splitter.targets.scratch import scratch_dir
 from splitter.targets.stage import Progress, Reusable, Staged, reusable, stage
+from splitter.tools import die_with_parent
 
 SIDECAR = "info/splitter-process-exclusive.json"
 DEFAULT_LEVEL = 9

@@ -10,13 +10,11 @@ writes each result pickled on stdout; its stderr is the build's.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib
 import json
 import os
 import pickle
 import queue
-import signal
 import struct
 import subprocess
 import sys
@@ -27,6 +25,8 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import IO, Any
+
+from splitter.tools import die_with_parent
 
 HEADER = struct.Struct("<Q")
 # The build's sys.path, not the worker's own: splitter may be importable only through it.
@@ -329,10 +329,3 @@ def serve(build: int, warm: list[str]) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
-
-
-def die_with_parent() -> None:
-    """In a child: get SIGKILL when the build that started it dies (PR_SET_PDEATHSIG), so a
-    killed build leaves no helper process writing into its temporary directories."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))

@@ -1,90 +1,19 @@
-"""What the deb and rpm targets share: tools, names from the recipe, staging under a root,
+"""What the deb and rpm targets share: names from the recipe, staging under a root,
 the documentation files every distro package carries, and clamped times."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 
-from splitter.errors import ExternalToolError, RecipeError, SplitterError
+from splitter.errors import RecipeError
 from splitter.input.payload import Payload
 from splitter.model import Distro, PackagePlan, Plan, Rpath
 from splitter.plan.layout import Layout
 from splitter.plan.report import exclusivity_record
 from splitter.targets.stage import Progress, Staged, stage
-
-RECORD = "splitter-process-exclusive.json"  # the exclusivity record, in the package's doc dir
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Arch:
-    """One Linux architecture as each distribution spells it."""
-
-    machine: str  # x86_64, aarch64 (the plan's platform.machine)
-    deb: str  # amd64, arm64
-    triplet: str  # Debian's multiarch triplet: the libdir is lib/<triplet>
-
-
-ARCHES = {
-    "x86_64": Arch(machine="x86_64", deb="amd64", triplet="x86_64-linux-gnu"),
-    "aarch64": Arch(machine="aarch64", deb="arm64", triplet="aarch64-linux-gnu"),
-}
-
-
-def arch_of(plan: Plan, target: str) -> Arch:
-    """The architecture of the plan's wheel; other platforms have no deb or rpm."""
-    arch = ARCHES.get(plan.platform.machine)
-    if arch is None or not plan.platform.tag.startswith("manylinux"):
-        raise SplitterError(
-            f"--target {target} packages Linux x86_64 and aarch64 wheels only "
-            f"(the wheel's platform is {plan.platform.tag}): {plan.wheel.filename}\n"
-            f"give a manylinux wheel, or use --target wheel or conda for this platform"
-        )
-    return arch
-
-
-def need_tool(command: str, debian_package: str) -> str:
-    """The absolute path of `command`; a missing tool names the Debian package holding it."""
-    found = shutil.which(command)
-    if found is None:
-        raise SplitterError(
-            f"{command} is not installed (needed to build these packages): {command}\n"
-            f"install it: apt-get install {debian_package}"
-        )
-    return found
-
-
-SBIN = ("/usr/sbin", "/sbin")
-
-
-def tool_path() -> str:
-    """$PATH with the system's sbin directories after it: dpkg refuses to install anything
-    when ldconfig and start-stop-daemon are not on PATH (they are in /sbin and /usr/sbin),
-    which a user's or a CI job's PATH need not include."""
-    path = [p for p in os.environ.get("PATH", os.defpath).split(os.pathsep) if p]
-    return os.pathsep.join([*path, *(d for d in SBIN if d not in path)])
-
-
-def run_tool(
-    what: str, command: Sequence[str], cwd: Path | None = None, env: Mapping[str, str] = {}
-) -> str:
-    """Run a distro tool in the C locale; its stdout, or ExternalToolError with its stderr."""
-    result = subprocess.run(
-        list(command),
-        cwd=cwd,
-        env={**os.environ, "LC_ALL": "C.UTF-8", "PATH": tool_path(), **env},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise ExternalToolError(what, command, result.returncode, result.stderr + result.stdout)
-    return result.stdout
 
 
 def distro_of(plan: Plan, kind: str) -> Distro:

@@ -22,27 +22,25 @@ from pathlib import Path
 from splitter.errors import RecipeError, SplitterError
 from splitter.manifest import Artifact
 from splitter.model import Distro, PackagePlan, Plan
+from splitter.plan.facts import Arch, arch_of
 from splitter.plan.layout import make_layout
 from splitter.plan.release import Release, ReleasePlanning, planned
+from splitter.plan.report import RECORD
 from splitter.targets.builder import Target, artifact
 from splitter.targets.distro import debmeta
 from splitter.targets.distro.common import (
-    RECORD,
-    Arch,
-    arch_of,
     clamp_times,
     distro_of,
     exclusivity_sentence,
     external_requirements,
     has_bare_executable,
     license_text,
-    need_tool,
     record_json,
-    run_tool,
     stage_under,
 )
 from splitter.targets.generated.files import split_from
 from splitter.targets.stage import Progress, Staged
+from splitter.tools import need_tool, run_tool
 
 SITEDIR = "lib/python3/dist-packages"  # Debian's one directory for every python3
 # gzip -9: deterministic whatever the machine, and several times faster than xz for a

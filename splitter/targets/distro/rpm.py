@@ -18,23 +18,22 @@ from pathlib import Path
 
 from splitter.manifest import Artifact
 from splitter.model import Plan
+from splitter.plan.facts import arch_of
 from splitter.plan.layout import make_layout
 from splitter.plan.release import ReleasePlanning, planned
+from splitter.plan.report import RECORD
 from splitter.targets.builder import Target, artifact
 from splitter.targets.distro.common import (
-    RECORD,
-    arch_of,
     distro_of,
     external_requirements,
     license_text,
-    need_tool,
     record_json,
-    run_tool,
     stage_under,
 )
 from splitter.targets.distro.deb import check_one_python
 from splitter.targets.distro.rpmspec import render_spec, rpmlintrc, spec_name
 from splitter.targets.stage import Progress
+from splitter.tools import need_tool, run_tool
 
 PAYLOAD = "w3.zstdio"  # zstd level 3, one thread: its output depends on nothing else
 

@@ -7,8 +7,8 @@ import posixpath
 import textwrap
 
 from splitter.model import Distro, PackagePlan, Plan
+from splitter.plan.report import RECORD
 from splitter.targets.distro.common import (
-    RECORD,
     exclusivity_sentence,
     external_requirements,
     has_bare_executable,

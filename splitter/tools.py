@@ -1,0 +1,61 @@
+"""External programs, for every stage: find one, run one in the C locale, and tie a child's
+life to the build that started it."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from splitter.errors import ExternalToolError, SplitterError
+
+
+def need_tool(command: str, debian_package: str) -> str:
+    """The absolute path of `command`; a missing tool names the Debian package holding it."""
+    found = shutil.which(command)
+    if found is None:
+        raise SplitterError(
+            f"{command} is not installed (needed to build these packages): {command}\n"
+            f"install it: apt-get install {debian_package}"
+        )
+    return found
+
+
+SBIN = ("/usr/sbin", "/sbin")
+
+
+def tool_path() -> str:
+    """$PATH with the system's sbin directories after it: dpkg refuses to install anything
+    when ldconfig and start-stop-daemon are not on PATH (they are in /sbin and /usr/sbin),
+    which a user's or a CI job's PATH need not include."""
+    path = [p for p in os.environ.get("PATH", os.defpath).split(os.pathsep) if p]
+    return os.pathsep.join([*path, *(d for d in SBIN if d not in path)])
+
+
+def run_tool(
+    what: str, command: Sequence[str], cwd: Path | None = None, env: Mapping[str, str] = {}
+) -> str:
+    """Run a distro tool in the C locale; its stdout, or ExternalToolError with its stderr."""
+    result = subprocess.run(
+        list(command),
+        cwd=cwd,
+        env={**os.environ, "LC_ALL": "C.UTF-8", "PATH": tool_path(), **env},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise ExternalToolError(what, command, result.returncode, result.stderr + result.stdout)
+    return result.stdout
+
+
+def die_with_parent() -> None:
+    """In a child: get SIGKILL when the build that started it dies (PR_SET_PDEATHSIG), so a
+    killed build leaves no helper process writing into its temporary directories."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))
