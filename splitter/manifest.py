@@ -29,6 +29,7 @@ class Artifact:
     package: str  # the plan's package name (executorch-runtime), whatever the file is called
     platform: str  # the conda subdir of its platform (linux-64, osx-arm64)
     python: str | None  # "3.11" for a Python package's build, None when Python-independent
+    components: tuple[str, ...] = ()  # the CMake components the package provides
     sha256: str = ""
     size: int = 0
 
@@ -56,6 +57,7 @@ class Manifest:
                     "package": a.package,
                     "platform": a.platform,
                     "python": a.python,
+                    "components": list(a.components),
                     "sha256": a.sha256,
                     "size": a.size,
                 }
@@ -67,6 +69,11 @@ class Manifest:
     def text(self) -> str:
         """The file's bytes, as text: stable for the same build."""
         return json.dumps(self.to_json(), indent=1) + "\n"
+
+    def provider(self, component: str) -> str | None:
+        """The package that provides a CMake component (runtime, kernels_quantized), if any."""
+        found = sorted({a.package for a in self.artifacts if component in a.components})
+        return found[0] if found else None
 
     def packages(self, platform: str | None = None) -> tuple[str, ...]:
         """The package names of the artifacts (of one platform), sorted and unique."""
@@ -108,6 +115,7 @@ def read_manifest(out: Path) -> Manifest:
                     package=str(a["package"]),
                     platform=str(a["platform"]),
                     python=None if a["python"] is None else str(a["python"]),
+                    components=tuple(str(c) for c in a["components"]),
                     sha256=str(a["sha256"]),
                     size=int(a["size"]),
                 )

@@ -17,8 +17,11 @@ from consumer_tools import cmake_executable
 from splitter.plan.make import make_plan
 from splitter.plan.recipe import load_recipe
 from splitter.targets.generated.files import SPLIT_FROM, split_from
-from splitter.verify.install import QUANTIZED, RUNTIME, conda_info_file, install
+from splitter.verify.install import conda_info_file, install
 from splitter.verify.macos import PROBE
+
+RUNTIME = "executorch-runtime"
+QUANTIZED = "executorch-kernels-quantized"
 
 pytestmark = pytest.mark.integration
 

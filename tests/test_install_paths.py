@@ -9,23 +9,39 @@ from pathlib import Path
 import pytest
 
 from splitter.errors import InvalidWheel
+from splitter.manifest import NAME, Artifact, Manifest, digest
 from splitter.verify.install import install
 
 WHEEL = "executorch_runtime-1.5.1-py3-none-any.whl"
 
 
 def write_zip(path: Path, members: list[tuple[str, int, bytes]]) -> Path:
-    """A zip of (name, st_mode, data) members; no wheel checks, so it can be malicious."""
+    """A zip of (name, st_mode, data) members; no wheel checks, so it can be malicious. Its
+    directory gets the manifest a wheel build would write for it (one runtime wheel)."""
     with zipfile.ZipFile(path, "w") as archive:
         for name, mode, data in members:
             info = zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0))
             info.external_attr = mode << 16
             archive.writestr(info, data)
+    sha256, size = digest(path)
+    runtime = Artifact(
+        path=path.name,
+        package="executorch-runtime",
+        platform="linux-64",
+        python=None,
+        components=("runtime",),
+        sha256=sha256,
+        size=size,
+    )
+    manifest = Manifest(
+        splitter="0", target="wheel", inputs=(), artifacts=(runtime,), files=(path.name,)
+    )
+    (path.parent / NAME).write_text(manifest.text())
     return path
 
 
 def files_under(root: Path) -> list[str]:
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.name != NAME)
 
 
 @pytest.mark.parametrize(

@@ -114,6 +114,7 @@ def make_manifest(
                 package=artifact.package,
                 platform=artifact.platform,
                 python=artifact.python,
+                components=artifact.components,
                 sha256=sha256,
                 size=size,
             )
@@ -132,7 +133,11 @@ def artifact(path: str, plan: Plan, package: PackagePlan) -> Artifact:
     package)."""
     python = "{}.{}".format(*plan.platform.python) if package.python else None
     return Artifact(
-        path=path, package=package.name, platform=plan.platform.conda_subdir, python=python
+        path=path,
+        package=package.name,
+        platform=plan.platform.conda_subdir,
+        python=python,
+        components=package.cmake_components,
     )
 
 

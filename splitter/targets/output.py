@@ -153,12 +153,12 @@ def publish(build: Path, out: Path, trash: Path) -> None:
     A file in `out` that no splitter build wrote and that this one would overwrite stops the
     build before `out` changes, naming it; every other file a user keeps there stays. The
     manifest of `out` is first rewritten to list both builds' files, so that a build killed
-    while publishing leaves nothing unlisted for the next one to refuse. Then the previous
-    build's files this one does not write leave, and at each level of the tree old files that
-    are replaced leave first, directories are swapped whole (merged where a user's files are
-    inside) and new files arrive last, each by one rename: killed at any point, `out` never
-    shows a file beside a directory it does not describe (`<pkg>.install` beside `<pkg>/`).
-    The manifest arrives last.
+    while publishing leaves nothing unlisted for the next one to refuse. Then at each level
+    of the tree old files that are replaced leave first, directories are swapped whole
+    (merged where a user's files are inside) and new files arrive last, each by one rename:
+    killed at any point, `out` never shows a file beside a directory it does not describe
+    (`<pkg>.install` beside `<pkg>/`). Then the previous build's files that this one did not
+    write leave, and the new manifest arrives.
     """
     previous = previous_files(out) if out.is_dir() else set()
     new = files_under(build)
@@ -175,9 +175,12 @@ def publish(build: Path, out: Path, trash: Path) -> None:
     trash.mkdir(exist_ok=True)
     if previous and MANIFEST in new:
         _write_listing(out, build / MANIFEST, previous | new, trash.parent / "listing")
-    for stale in sorted(previous - new - {MANIFEST}):
-        _remove_stale(out, stale)
     _merge(build, out, "", previous, trash)
+    # Last, what only the previous build wrote, shallowest first (a list before its tree).
+    for stale in sorted(previous - new - {MANIFEST}, key=lambda p: (p.count("/"), p)):
+        _remove_stale(out, stale)
+    if MANIFEST in new:
+        os.replace(build / MANIFEST, out / MANIFEST)
 
 
 def _write_listing(out: Path, manifest: Path, files: set[str], interim: Path) -> None:
@@ -220,8 +223,6 @@ def _merge(source: Path, destination: Path, base: str, previous: set[str], trash
         if target.is_dir() and not target.is_symlink():
             _discard(target, trash)
         os.replace(entry, target)  # atomic over an existing file
-    if not base and (source / MANIFEST).exists():
-        os.replace(source / MANIFEST, destination / MANIFEST)
 
 
 def _theirs(directory: Path, relative: str, previous: set[str]) -> bool:

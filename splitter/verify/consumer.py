@@ -11,7 +11,6 @@ import splitter.checks
 
 CONSUMER = Path(splitter.checks.__file__).parent / "consumer"
 MODEL = Path(splitter.checks.__file__).parent / "model"
-MISSING_QUANTIZED = "install the executorch-kernels-quantized package"
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ from splitter.errors import InvalidWheel, SplitterError
 from splitter.input.safepath import check_member_name, safe_join
 from splitter.manifest import Artifact, read_manifest
 
-RUNTIME = "executorch-runtime"
-QUANTIZED = "executorch-kernels-quantized"
-EXPORT = "executorch-export"
+# The CMake components (upstream's consumer contract) whose packages the checks install alone.
+RUNTIME = "runtime"
+QUANTIZED = "kernels_quantized"
 
 INSTALL_CONDA = """
 import asyncio, os, sys
@@ -49,7 +49,9 @@ class Installed:
     sitedir: Path | None  # where `import executorch` finds the export side
     packages: tuple[str, ...]
     verdicts: tuple[dict[str, Any], ...]
-    quantized_name: str = QUANTIZED  # what the CMake config tells users to install for it
+    runtime: str  # the package providing the runtime component (the manifest says which)
+    quantized: str  # the package providing the kernels_quantized component
+    quantized_name: str = ""  # what the CMake config tells users to install for it
     install_prefix: Path | None = None  # the prefix (its bin/), when cmake_prefix is not it
     # .deb/.rpm: the dependencies dpkg or rpm found unmet, and the names of every package of
     # the output (an unmet dependency on one of those is a fault of the split)
@@ -84,13 +86,23 @@ def install(
     elif kind == "wheel":
         installed = _wheel(out, scratch, chosen)
     elif kind in ("deb", "rpm"):
-        installed = _distro(kind, out, scratch, only)
+        installed = _distro(kind, out, scratch, only, manifest.provider(QUANTIZED) or "")
     else:
         installed = _tree(out, scratch, chosen)
-    return dataclasses.replace(installed, paths=selected)
+    runtime = manifest.provider(RUNTIME) or ""
+    quantized = manifest.provider(QUANTIZED) or ""
+    return dataclasses.replace(
+        installed,
+        paths=selected,
+        runtime=runtime,
+        quantized=quantized,
+        quantized_name=installed.quantized_name or quantized,
+    )
 
 
-def _distro(kind: str, out: Path, scratch: Path, only: tuple[str, ...] | None) -> Installed:
+def _distro(
+    kind: str, out: Path, scratch: Path, only: tuple[str, ...] | None, quantized: str
+) -> Installed:
     """Install OUT's .deb or .rpm files (those of the plan packages in `only`) with dpkg or
     rpm into a scratch root; which plan package a file holds is in its exclusivity record."""
     from splitter.verify.distro import install_packages, records
@@ -115,8 +127,10 @@ def _distro(kind: str, out: Path, scratch: Path, only: tuple[str, ...] | None) -
         packages=tuple(r["package"] for r in chosen.values()),
         verdicts=_unique([v for r in chosen.values() for v in r["pairs"]]),
         quantized_name=next(
-            (r["distro_package"] for r in every.values() if r["package"] == QUANTIZED), QUANTIZED
+            (r["distro_package"] for r in every.values() if r["package"] == quantized), ""
         ),
+        runtime="",
+        quantized="",
         unmet=unmet,
         split_names=tuple(sorted(r["distro_package"] for r in every.values())),
     )
@@ -143,6 +157,8 @@ def _conda(out: Path, scratch: Path, chosen: tuple[Artifact, ...]) -> Installed:
         sitedir=site,
         packages=tuple(a.package for a in chosen),
         verdicts=_unique(verdicts),
+        runtime="",
+        quantized="",
     )
 
 
@@ -171,6 +187,8 @@ def _wheel(out: Path, scratch: Path, chosen: tuple[Artifact, ...]) -> Installed:
         sitedir=site,
         packages=tuple(a.package for a in chosen),
         verdicts=_unique(verdicts),
+        runtime="",
+        quantized="",
     )
 
 
@@ -221,6 +239,8 @@ def _tree(out: Path, scratch: Path, chosen: tuple[Artifact, ...]) -> Installed:
         sitedir=site,
         packages=tuple(a.package for a in chosen),
         verdicts=_unique(verdicts),
+        runtime="",
+        quantized="",
     )
 
 

@@ -14,7 +14,7 @@ from splitter.binaries.macho import analyse_macho, is_macho
 from splitter.binaries.resolve import find_unresolved
 from splitter.plan.recipe import load_recipe
 from splitter.verify.consumer import cmake_version
-from splitter.verify.install import QUANTIZED, Installed
+from splitter.verify.install import Installed
 
 NEEDS_MACOS = "needs macOS (arm64): dyld, the Apple toolchain and codesign are not here"
 # find_package as a Darwin consumer, without languages (no compiler is run)
@@ -61,7 +61,7 @@ def macos_checks(full: Installed, cmakes: list[Path]) -> list[tuple[str, str, st
         )
     )
     rows += _kernel_rows(full, machos)
-    components = "kernels_quantized" if QUANTIZED in full.packages else "runtime"
+    components = "kernels_quantized" if full.quantized in full.packages else "runtime"
     for cmake in cmakes:
         version = ".".join(map(str, cmake_version(cmake)))
         with tempfile.TemporaryDirectory(prefix="splitter-darwin-cmake-") as scratch:

@@ -19,14 +19,13 @@ from splitter.input.fetch import machine_subdir
 from splitter.manifest import check_artifacts, read_manifest
 from splitter.verify.coload import Outcome, coload_items, coload_matrix
 from splitter.verify.consumer import (
-    MISSING_QUANTIZED,
     build_consumer,
     cmake_version,
     expected_output,
     run_model,
     run_model_python,
 )
-from splitter.verify.install import QUANTIZED, RUNTIME, Installed, install
+from splitter.verify.install import Installed, install
 from splitter.verify.macos import NEEDS_MACOS, is_macos_output, macos_checks
 from splitter.verify.release import Environment, release_environments
 
@@ -263,8 +262,8 @@ def consumer_checks(out: Path, full: Installed, cmakes: list[Path], scratch: Pat
     runtime alone and passes when configure fails naming executorch-kernels-quantized.
     """
     checks = []
-    has_quantized = QUANTIZED in full.packages
-    runtime_only = install(out, scratch / "runtime-only", only=(RUNTIME,), paths=full.paths)
+    has_quantized = full.quantized in full.packages
+    runtime_only = install(out, scratch / "runtime-only", only=(full.runtime,), paths=full.paths)
     for index, cmake in enumerate(cmakes):
         version = ".".join(map(str, cmake_version(cmake)))
         subject = f"CMake {version}"
@@ -275,7 +274,7 @@ def consumer_checks(out: Path, full: Installed, cmakes: list[Path], scratch: Pat
         missing = build_consumer(
             cmake, build / "r", prefix=runtime_only.cmake_prefix, quantized=True
         )
-        message = MISSING_QUANTIZED.replace(QUANTIZED, full.quantized_name)
+        message = f"install the {full.quantized_name} package"  # the config's fatal error
         named = missing.returncode != 0 and message in " ".join(missing.output.split())
         checks.append(
             Check(
@@ -319,7 +318,7 @@ def _model_check(built: Any, out_file: Path, check: str, subject: str) -> Check:
 def relocation_check(full: Installed, cmakes: list[Path], scratch: Path) -> Check:
     """A consumer installed beside the libraries still runs after the whole tree moves."""
     modern = [c for c in cmakes if cmake_version(c) >= (3, 28)]
-    if not modern or QUANTIZED not in full.packages:
+    if not modern or full.quantized not in full.packages:
         return skipped(
             "relocation",
             "runs after a move",

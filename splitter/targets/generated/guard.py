@@ -23,20 +23,33 @@ HOOK = (
 TEMPLATE = '''"""Added by splitter --guard: refuse to load {plugin} next to a colliding library."""
 
 import os
+import sys
 
 # (plugin file, its package, colliding library file name, its package, an operator both register)
 PAIRS = {pairs!r}
 
 
 def mapped_files():
-    """Paths of the files mapped into this process."""
+    """Paths of the files mapped into this process: /proc/self/maps on Linux, dyld's list of
+    loaded images on macOS (which has no /proc)."""
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
             lines = maps.read().splitlines()
     except OSError:
-        return set()
+        return _dyld_images() if sys.platform == "darwin" else set()
     return {{line.split(None, 5)[5] for line in lines if len(line.split(None, 5)) == 6
              and line.split(None, 5)[5].startswith("/")}}
+
+
+def _dyld_images():
+    import ctypes
+
+    dyld = ctypes.CDLL(None)
+    dyld._dyld_image_count.restype = ctypes.c_uint32
+    dyld._dyld_get_image_name.restype = ctypes.c_char_p
+    dyld._dyld_get_image_name.argtypes = [ctypes.c_uint32]
+    names = (dyld._dyld_get_image_name(i) for i in range(dyld._dyld_image_count()))
+    return {{os.fsdecode(name) for name in names if name}}
 
 
 def check():
