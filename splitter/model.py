@@ -294,3 +294,13 @@ class Plan:
             if info.path == path:
                 return info
         return None
+
+
+class Only(StrEnum):
+    """The groups of checks `verify --only` selects."""
+
+    CO_LOAD = "co-load"
+    CMAKE = "cmake"
+    RELOCATION = "relocation"
+    PYTHON = "python"
+    DEPENDS = "depends"  # .deb and .rpm outputs

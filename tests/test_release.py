@@ -426,8 +426,16 @@ def test_wheelhouse(release_wheels: dict[str, list[Path]], tmp_path: Path) -> No
     out = tmp_path / "wheels"
     result = run_splitter("-q", "build", "-t", "wheel", "-o", str(out), *map(str, paths))
     assert result.returncode == 0, result.stderr
-    built = sorted(p.name for p in out.iterdir())
+    built = sorted(p.name for p in out.iterdir() if p.name != "splitter-manifest.json")
     assert len(built) == 14
+    listing = json.loads((out / "splitter-manifest.json").read_text())
+    assert sorted(a["path"] for a in listing["artifacts"]) == built
+    exports = [a for a in listing["artifacts"] if a["package"] == "executorch-export"]
+    assert sorted((a["platform"], a["python"]) for a in exports) == sorted(
+        (platform, f"3.{minor}")
+        for platform in ("linux-64", "linux-aarch64")
+        for minor in range(10, 15)
+    )
     for name in ("executorch_runtime", "executorch_kernels_quantized"):
         mine = [b for b in built if b.startswith(name + "-")]
         assert [b.rsplit("-", 1)[1] for b in mine] == [

@@ -30,7 +30,7 @@ from splitter.cli.console import (
 from splitter.cli.graph import GraphFormat, render_graph
 from splitter.errors import SplitterError
 from splitter.manifest import NAME as MANIFEST
-from splitter.model import CondaBackend, Rpath
+from splitter.model import CondaBackend, Only, Rpath
 from splitter.plan.release import Release, ReleasePlanning
 from splitter.plan.report import plan_json, release_json
 from splitter.targets.builder import Builder, Target, build_output
@@ -292,10 +292,8 @@ def verify_command(
     ] = None,
     jobs: Annotated[int, typer.Option(help="Parallel co-load processes.")] = 2,
     only: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Run only these checks: co-load, cmake, relocation, python, depends (.deb/.rpm)."
-        ),
+        list[Only] | None,
+        typer.Option(help="Run only these checks (repeatable; depends: .deb/.rpm only)."),
     ] = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,

@@ -17,6 +17,7 @@ from typing import Any
 from splitter.errors import SplitterError
 from splitter.input.fetch import machine_subdir
 from splitter.manifest import check_artifacts, read_manifest
+from splitter.model import Only
 from splitter.verify.coload import Outcome, coload_items, coload_matrix
 from splitter.verify.consumer import (
     build_consumer,
@@ -133,7 +134,7 @@ def torch_available(python: Path) -> bool:
     return result.returncode == 0
 
 
-CHECKS = ("co-load", "cmake", "relocation", "python", "depends")
+CHECKS = tuple(Only)
 
 
 def verify(
@@ -150,7 +151,9 @@ def verify(
     verify_release)."""
     unknown = sorted(set(only) - set(CHECKS))
     if unknown:
-        raise SplitterError(f"unknown check {unknown[0]!r}: choose from {', '.join(CHECKS)}")
+        raise SplitterError(
+            f"unknown check {unknown[0]!r}: choose from {', '.join(map(str, CHECKS))}"
+        )
     manifest = read_manifest(out)
     check_artifacts(out, manifest)  # an altered output is refused before anything is installed
     environments = release_environments(out, manifest)
