@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 
 class SplitterError(Exception):
@@ -48,6 +49,10 @@ class OwnershipError(SplitterError):
         )
         super().__init__("\n".join(lines))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickle (a worker process's answer) re-creates it from these, not from the message
+        return (type(self), (self.unowned, self.multiply_owned), self.__dict__)
+
 
 class BinaryError(SplitterError):
     """An ELF file cannot be analysed, or its dependencies do not resolve."""
@@ -62,16 +67,21 @@ class ExclusivityError(SplitterError):
 
 
 class ExternalToolError(SplitterError):
-    """A subprocess (pip, patchelf, rattler-build, cmake) failed."""
+    """A subprocess (pip, patchelf, rattler-build, cmake) ran and failed; a tool that is not
+    installed is a MissingToolError."""
 
     exit_code = 8
 
     def __init__(self, what: str, command: Sequence[str], returncode: int, stderr: str) -> None:
+        self.what = what
         self.command = tuple(command)
         self.returncode = returncode
         self.stderr = stderr
         tail = "\n".join(stderr.strip().splitlines()[-15:])
         super().__init__(f"{what} (exit {returncode}): {' '.join(self.command)}\n{tail}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.what, self.command, self.returncode, self.stderr), self.__dict__)
 
 
 class OutputError(SplitterError):
@@ -91,6 +101,32 @@ class ReleaseError(SplitterError):
     be the same in every wheel of a platform differs beyond what a build stamps."""
 
     exit_code = 11
+
+
+class UsageError(SplitterError):
+    """The command line asks for something splitter does not do: an option value, or options
+    and arguments that cannot work together (refused, where the arguments tell, before
+    anything is fetched or read)."""
+
+    exit_code = 12
+
+
+class MissingToolError(SplitterError):
+    """An executable splitter runs is not installed; the message says how to install it."""
+
+    exit_code = 13
+
+    def __init__(self, tool: str, why: str, install: str, looked_for: Sequence[str] = ()) -> None:
+        self.tool = tool
+        self.why = why
+        self.install = install
+        self.looked_for = tuple(looked_for) or (tool,)
+        super().__init__(
+            f"{tool} is not installed ({why}): {', '.join(self.looked_for)}\ninstall it: {install}"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.tool, self.why, self.install, self.looked_for), self.__dict__)
 
 
 class ManifestError(SplitterError):

@@ -12,17 +12,16 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from splitter.errors import ExternalToolError, SplitterError
+from splitter.errors import ExternalToolError, MissingToolError
 
 
-def need_tool(command: str, debian_package: str) -> str:
+def need_tool(
+    command: str, debian_package: str, why: str = "needed to build these packages"
+) -> str:
     """The absolute path of `command`; a missing tool names the Debian package holding it."""
     found = shutil.which(command)
     if found is None:
-        raise SplitterError(
-            f"{command} is not installed (needed to build these packages): {command}\n"
-            f"install it: apt-get install {debian_package}"
-        )
+        raise MissingToolError(command, why, f"apt-get install {debian_package}")
     return found
 
 

@@ -24,7 +24,7 @@ from consumer_tools import (
 )
 
 from splitter.binaries.resolve import find_unresolved
-from splitter.errors import SplitterError
+from splitter.errors import MissingToolError
 from splitter.model import Plan
 from splitter.plan.layout import make_layout
 from splitter.plan.make import make_plan
@@ -300,7 +300,9 @@ HAS_CONDA_BUILD = shutil.which("conda-build") is not None
     HAS_CONDA_BUILD, reason="conda-build is installed; the missing case cannot occur"
 )
 def test_conda_build_backend_missing(real_plan: Plan, tmp_path: Path) -> None:
-    with pytest.raises(SplitterError, match="needs a conda-build executable on PATH"):
+    with pytest.raises(
+        MissingToolError, match=r"conda-build is not installed.*\n.*install conda-build"
+    ):
         build_conda(real_plan, tmp_path / "cb", backend="conda-build")
     assert not (tmp_path / "cb").exists()
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from consumer_tools import build_consumer, cmake_executable, expected_output, run_model
 
-from splitter.errors import RecipeError, SplitterError
+from splitter.errors import MissingToolError, RecipeError, UsageError
 from splitter.model import Plan
 from splitter.plan.layout import install_path, make_layout
 from splitter.plan.make import make_plan
@@ -303,7 +303,7 @@ def test_missing_tool_names_the_debian_package(
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     monkeypatch.setenv("PATH", str(bin_dir))  # no dpkg-deb on PATH
-    with pytest.raises(SplitterError, match="apt-get install dpkg"):
+    with pytest.raises(MissingToolError, match="apt-get install dpkg"):
         build_output(DebBuilder(), real_plan, tmp_path / "out")
 
 
@@ -312,7 +312,7 @@ def test_release_of_two_pythons_is_refused(real_plan: Plan, tmp_path: Path) -> N
         subdir="linux-64", plans=(real_plan, real_plan), shared_packages=(), stamped=()
     )
     release = Release(project="executorch", version="1.5.1", groups=(group,))
-    with pytest.raises(SplitterError, match=r"one Python per platform.*\n.*--python"):
+    with pytest.raises(UsageError, match=r"one Python per platform.*\n.*--python"):
         build_output(DebBuilder(), release, tmp_path / "out")
 
 

@@ -20,7 +20,7 @@ from machotools import check_signature, kernel_table_entries, same_but_spans
 from splitter.binaries.macho import analyse_macho, is_macho, stamped_spans
 from splitter.binaries.relocate import set_macho_rpaths
 from splitter.binaries.resolve import find_unresolved
-from splitter.errors import BinaryError, ReleaseError, SplitterError
+from splitter.errors import BinaryError, MissingToolError, ReleaseError
 from splitter.model import BinaryInfo, Plan
 from splitter.plan.make import make_plan
 from splitter.plan.recipe import load_recipe
@@ -354,7 +354,7 @@ def test_missing_install_name_tool_names_the_package(
     target = tmp_path / "libexecutorch_kernels_quantized.dylib"
     target.write_bytes(machos[QLIB])
     monkeypatch.setenv("PATH", str(tmp_path))  # a PATH without LLVM
-    with pytest.raises(SplitterError, match=r"apt-get install llvm-14"):
+    with pytest.raises(MissingToolError, match=r"apt-get install llvm-14"):
         set_macho_rpaths(target, ("@loader_path",), ())
     assert target.read_bytes() == machos[QLIB]
 

@@ -31,7 +31,7 @@ from splitter.errors import (
     InvalidWheel,
     OutputError,
     RecipeError,
-    SplitterError,
+    UsageError,
 )
 from splitter.manifest import NAME as MANIFEST
 from splitter.plan.recipe import default_recipe_path
@@ -545,7 +545,7 @@ FAILURES = {
     # case: (target, expected exit code)
     "conda-broken-wheel": ("conda", InvalidWheel.exit_code),
     "wheel-rule-matches-nothing": ("wheel", RecipeError.exit_code),
-    "tree-rpath-strip-under-opt": ("tree", SplitterError.exit_code),
+    "tree-rpath-strip-under-opt": ("tree", UsageError.exit_code),
     "conda-index-fails-after-packaging": ("conda", ExternalToolError.exit_code),
     "conda-worker-killed-while-assembling": ("conda", ExternalToolError.exit_code),
 }

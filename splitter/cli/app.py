@@ -28,7 +28,7 @@ from splitter.cli.console import (
     show_why,
 )
 from splitter.cli.graph import GraphFormat, render_graph
-from splitter.errors import SplitterError
+from splitter.errors import SplitterError, UsageError
 from splitter.manifest import NAME as MANIFEST
 from splitter.model import CondaBackend, Only, Rpath
 from splitter.plan.release import Release, ReleasePlanning
@@ -150,7 +150,7 @@ def plan(
     )
     if isinstance(result, Release):
         if why is not None:
-            raise SplitterError("--why takes one wheel: give the wheel whose file you ask about")
+            raise UsageError("--why takes one wheel: give the wheel whose file you ask about")
         if as_json:
             sys.stdout.write(json.dumps(release_json(result), indent=2) + "\n")
         else:
@@ -355,7 +355,7 @@ def doctor(
 
     chosen = [x for x in (prefix, binary, pid, output) if x is not None]
     if len(chosen) != 1:
-        raise SplitterError(
+        raise UsageError(
             "doctor needs exactly one of --prefix DIR, --binary FILE, --pid N or --output DIR"
         )
     if output is not None:

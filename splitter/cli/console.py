@@ -21,7 +21,7 @@ from rich.progress import (
 )
 from rich.table import Column, Table
 
-from splitter.errors import SplitterError
+from splitter.errors import UsageError
 from splitter.input.fetch import resolve_input, resolve_inputs
 from splitter.model import Plan
 from splitter.plan.make import make_plan
@@ -189,7 +189,10 @@ def show_release(release: Release) -> None:
 def show_why(result: Plan, path: str, as_json: bool) -> None:
     """Print the owning package and rule of one path."""
     if path not in result.owners:
-        raise SplitterError(f"no such file in {result.wheel.filename}: {path}")
+        raise UsageError(
+            f"--why names no file of {result.wheel.filename}: {path}\n"
+            "give a path as `splitter plan --json` lists it (executorch/...)"
+        )
     package, index = result.owners[path]
     rule = result.recipe.rules[index]
     if as_json:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 
-from splitter.errors import RecipeError, SplitterError, UnsupportedWheel
+from splitter.errors import RecipeError, UnsupportedWheel, UsageError
 from splitter.input.fetch import SUBDIRS
 from splitter.model import Plan, Platform, Recipe, WheelInfo
 
@@ -138,7 +138,7 @@ def arch_of(plan: Plan, target: str) -> Arch:
     """The architecture of the plan's wheel; other platforms have no deb or rpm."""
     arch = ARCHES.get(plan.platform.machine)
     if arch is None or not plan.platform.tag.startswith("manylinux"):
-        raise SplitterError(
+        raise UsageError(
             f"--target {target} packages Linux x86_64 and aarch64 wheels only "
             f"(the wheel's platform is {plan.platform.tag}): {plan.wheel.filename}\n"
             f"give a manylinux wheel, or use --target wheel or conda for this platform"

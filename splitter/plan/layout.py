@@ -5,7 +5,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 
-from splitter.errors import SplitterError
+from splitter.errors import UsageError
 from splitter.model import WheelInfo
 
 LIB = "executorch/lib/"
@@ -59,7 +59,7 @@ def make_layout(
         if value is None:
             continue
         if value.startswith("/") or ".." in value.split("/") or not value.strip("/"):
-            raise SplitterError(
+            raise UsageError(
                 f"--{name} must be a relative path under the prefix without '..': {value}"
             )
     return Layout(

@@ -22,7 +22,7 @@ from splitter.binaries.relocate import (
     set_runpath,
 )
 from splitter.binaries.resolve import check_resolved
-from splitter.errors import SplitterError
+from splitter.errors import UsageError
 from splitter.input.payload import extract
 from splitter.input.safepath import check_member_name, safe_join
 from splitter.model import BinaryInfo, Plan, Rpath
@@ -111,7 +111,7 @@ def stage(
     sources, data and flatc are the same in every wheel of a platform. Packagers read these
     files and never change them, so a shared copy gives the same packages."""
     if rpath == Rpath.STRIP and not layout.system_libdir():
-        raise SplitterError(
+        raise UsageError(
             f"--rpath strip needs a libdir the dynamic linker searches by default, not "
             f"{layout.prefix}/{layout.libdir}: use --prefix /usr (Debian policy) "
             "or --rpath relative"

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import splitter.checks
+from splitter.errors import ExternalToolError, MissingToolError
 
 CONSUMER = Path(splitter.checks.__file__).parent / "consumer"
 MODEL = Path(splitter.checks.__file__).parent / "model"
@@ -35,12 +37,27 @@ class Configured:
 
 
 def cmake_version(cmake: Path) -> tuple[int, int]:
-    """Major and minor version printed by `cmake --version`."""
-    first = subprocess.run(
-        [str(cmake), "--version"], capture_output=True, text=True, check=True
-    ).stdout.split()[2]
-    major, minor = first.split(".")[:2]
-    return int(major), int(minor)
+    """Major and minor version printed by `cmake --version`; a --cmake that does not run, or
+    prints no version, is a typed error rather than a traceback."""
+    command = [str(cmake), "--version"]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise MissingToolError(
+            "cmake",
+            f"verify builds the C++ consumer with it; {exc.strerror or exc}",
+            "pip install cmake, or pass --cmake with the path of a CMake executable",
+            (str(cmake),),
+        ) from exc
+    found = re.search(r"cmake version (\d+)\.(\d+)", result.stdout)
+    if result.returncode != 0 or found is None:
+        raise ExternalToolError(
+            f"{cmake} does not print a CMake version (pass --cmake with a CMake executable)",
+            command,
+            result.returncode,
+            result.stderr + result.stdout,
+        )
+    return int(found.group(1)), int(found.group(2))
 
 
 def build_consumer(

@@ -10,10 +10,12 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from splitter.errors import ExternalToolError, SplitterError
+from splitter.errors import ExternalToolError, UsageError
 from splitter.plan.facts import ARCHES
 from splitter.plan.report import RECORD
 from splitter.tools import need_tool, run_tool, tool_path
+
+VERIFY = "verify reads and installs the packages with it"  # why a missing tool is needed
 
 
 def _record(command: list[str], package: Path, stdin: Any = None) -> dict[str, Any]:
@@ -30,7 +32,7 @@ def _record(command: list[str], package: Path, stdin: Any = None) -> dict[str, A
                     data: dict[str, Any] = json.loads(handle.read())
                     proc.kill()
                     return data
-    raise SplitterError(
+    raise UsageError(
         f"no {RECORD} in the package (not built by splitter?): {package}\n"
         "point verify at the -o directory of `splitter build --target deb|rpm`"
     )
@@ -40,7 +42,7 @@ def records(out: Path, kind: str) -> dict[Path, dict[str, Any]]:
     """Each .deb or .rpm of OUT and the exclusivity record it ships (its plan package)."""
     arch = ARCHES.get(platform.machine())
     if arch is None:
-        raise SplitterError(
+        raise UsageError(
             f"verify runs .{kind} packages on Linux x86_64 or aarch64, not {platform.machine()}: "
             f"{out}\nrun it on one of those machines"
         )
@@ -49,15 +51,15 @@ def records(out: Path, kind: str) -> dict[Path, dict[str, Any]]:
     found = {}
     for package in sorted(out.glob(f"*{suffix}")):
         if kind == "deb":
-            command = [need_tool("dpkg-deb", "dpkg"), "--fsys-tarfile", str(package)]
+            command = [need_tool("dpkg-deb", "dpkg", VERIFY), "--fsys-tarfile", str(package)]
             found[package] = _record(command, package)
         else:
             # rpm2archive turns the payload into a gzip'd tar on stdout
-            command = [need_tool("rpm2archive", "rpm2cpio"), "-"]
+            command = [need_tool("rpm2archive", "rpm2cpio", VERIFY), "-"]
             with package.open("rb") as stdin:
                 found[package] = _record(command, package, stdin)
     if not found:
-        raise SplitterError(
+        raise UsageError(
             f"no .{kind} for this machine ({arch.machine}) in the output: {out}\n"
             f"build one from the {arch.machine} wheel (--platform) or verify on such a machine"
         )
@@ -79,7 +81,7 @@ def install_packages(kind: str, files: list[Path], root: Path) -> tuple[str, ...
         for name in ("status", "available"):
             (admin / name).touch()
         dpkg = [
-            need_tool("dpkg", "dpkg"),
+            need_tool("dpkg", "dpkg", VERIFY),
             f"--instdir={root}",
             f"--admindir={admin}",
             "--force-not-root",
@@ -104,7 +106,7 @@ def install_packages(kind: str, files: list[Path], root: Path) -> tuple[str, ...
             [*dpkg, "--force-depends", "--configure", "--pending"],
         )
         return _dpkg_unmet(output)
-    rpm = need_tool("rpm", "rpm")
+    rpm = need_tool("rpm", "rpm", VERIFY)
     root.mkdir(parents=True, exist_ok=True)
     base = [rpm, "--root", str(root), "--dbpath", "/var/lib/rpm"]
     run_tool("rpm could not create a database in a scratch root", [*base, "--initdb"])

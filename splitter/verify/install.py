@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from splitter.errors import InvalidWheel, SplitterError
+from splitter.errors import ExternalToolError, InvalidWheel
 from splitter.input.safepath import check_member_name, safe_join
 from splitter.manifest import Artifact, read_manifest
 
@@ -142,7 +142,12 @@ def _conda(out: Path, scratch: Path, chosen: tuple[Artifact, ...]) -> Installed:
     command = [sys.executable, "-c", INSTALL_CONDA, str(prefix), *map(str, packages)]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        raise SplitterError(f"py-rattler could not install {out}: {result.stderr.strip()}")
+        raise ExternalToolError(
+            f"py-rattler could not install the packages of {out}",
+            command,
+            result.returncode,
+            result.stderr,
+        )
     verdicts = []
     for package in packages:
         verdicts += json.loads(conda_info_file(package, "info/splitter-process-exclusive.json"))[

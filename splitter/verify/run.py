@@ -14,7 +14,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from splitter.errors import SplitterError
+from splitter.errors import UsageError
 from splitter.input.fetch import machine_subdir
 from splitter.manifest import check_artifacts, read_manifest
 from splitter.model import Only
@@ -99,7 +99,7 @@ def interpreters(given: Sequence[Path], wanted: list[str]) -> dict[str, Path]:
         for interpreter in given:
             version = _python_version(interpreter)
             if version is None:
-                raise SplitterError(
+                raise UsageError(
                     f"--python {interpreter} does not run as a Python interpreter: pass the "
                     "path of a python executable"
                 )
@@ -151,9 +151,9 @@ def verify(
     verify_release)."""
     unknown = sorted(set(only) - set(CHECKS))
     if unknown:
-        raise SplitterError(
-            f"unknown check {unknown[0]!r}: choose from {', '.join(map(str, CHECKS))}"
-        )
+        raise UsageError(f"unknown check {unknown[0]!r}: choose from {', '.join(map(str, CHECKS))}")
+    if pythons:
+        interpreters(pythons, [])  # each --python runs, or a UsageError names it, before work
     manifest = read_manifest(out)
     check_artifacts(out, manifest)  # an altered output is refused before anything is installed
     environments = release_environments(out, manifest)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from splitter.errors import ExternalToolError, SplitterError
+from splitter.errors import ExternalToolError, MissingToolError, UsageError
 from splitter.input.payload import Payload
 from splitter.manifest import Artifact
 from splitter.model import CondaBackend, PackagePlan, Plan, Rpath
@@ -104,9 +104,10 @@ def conda_builder(options: CondaOptions) -> Iterator[CondaBuilder]:
     a plan or a release to build."""
     backend = options.backend
     if backend == CondaBackend.CONDA_BUILD and shutil.which("conda-build") is None:
-        raise SplitterError(
-            "--backend conda-build needs a conda-build executable on PATH (none found): "
-            "install conda-build, or use --backend assemble or rattler-build"
+        raise MissingToolError(
+            "conda-build",
+            "--backend conda-build runs it from PATH",
+            "conda install conda-build, or use --backend assemble or rattler-build",
         )
     level, jobs = options.compression_level, options.jobs
     assert jobs >= 1 and 1 <= level <= 22, (jobs, level)  # the CLI checks both
@@ -327,7 +328,7 @@ def build_conda_release(
     one is planned (see ReleasePipeline); the release is checked when the last is planned,
     and a refusal leaves nothing, as OUT is written only when complete."""
     if options.backend != CondaBackend.ASSEMBLE:
-        raise SplitterError(
+        raise UsageError(
             f"a release is packaged with --backend assemble, not {options.backend}: its "
             "rattler-build recipe (a variant per Python) is written under OUT/recipes/<subdir>/ "
             "for a rebuild"
@@ -347,7 +348,7 @@ def _build_release(
     workers: Workers,
 ) -> list[Artifact]:
     if options.backend != CondaBackend.ASSEMBLE:
-        raise SplitterError(
+        raise UsageError(
             f"a release is packaged with --backend assemble, not {options.backend}: its "
             "rattler-build recipe (a variant per Python) is written under OUT/recipes/<subdir>/ "
             "for a rebuild"

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from splitter.errors import RecipeError, SplitterError
+from splitter.errors import RecipeError, UsageError
 from splitter.manifest import Artifact
 from splitter.model import Distro, PackagePlan, Plan
 from splitter.plan.facts import Arch, arch_of
@@ -77,7 +77,7 @@ def check_one_python(release: Release, target: str) -> None:
     for group in release.groups:
         if len(group.plans) > 1:
             pythons = ", ".join("{}.{}".format(*p.platform.python) for p in group.plans)
-            raise SplitterError(
+            raise UsageError(
                 f"--target {target} builds for one Python per platform (the distribution's "
                 f"python3), not {len(group.plans)} ({pythons}) for {group.subdir}\n"
                 f"give one --python (your distribution's, e.g. --python 3.11)"
