@@ -1,5 +1,6 @@
-"""Usage errors and missing tools: typed, with their own exit codes (12, 13), one line each at
-the CLI, and never a traceback."""
+"""Usage errors and missing tools: typed, with their own exit codes, and a combination of
+options no command can serve refused from the arguments alone, before any wheel is fetched or
+read (the wheels named here do not exist, and the download cache stays empty)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,14 @@ import pytest
 
 import splitter.errors as errors
 from splitter.errors import ExternalToolError, MissingToolError, OwnershipError, UsageError
+from splitter.model import CondaBackend
+from splitter.plan.request import check_build_request, check_plan_request, requested_wheels
 from splitter.tools import need_tool
 from splitter.verify.consumer import cmake_version
+
+X86 = "executorch-1.5.1-{cp}-{cp}-manylinux_2_28_x86_64.whl"
+ARM = "executorch-1.5.1-{cp}-{cp}-manylinux_2_28_aarch64.whl"
+MAC = "executorch-1.5.1-cp311-cp311-macosx_14_0_arm64.whl"
 
 
 def test_every_error_has_its_own_exit_code() -> None:
@@ -90,6 +97,47 @@ def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 REFUSED = [
+    pytest.param(
+        ("build", "--target", "deb", "--python", "3.10,3.11"),
+        r"--target deb builds for one Python per platform .*not 2 \(3\.10, 3\.11\) for "
+        r"linux-64\ngive one --python",
+        id="deb-two-pythons",
+    ),
+    pytest.param(
+        ("build", "--target", "rpm", X86.format(cp="cp311"), X86.format(cp="cp310")),
+        r"--target rpm builds for one Python per platform .*\(3\.10, 3\.11\) for linux-64",
+        id="rpm-two-wheel-paths",
+    ),
+    pytest.param(
+        ("build", "--target", "deb", "--platform", "osx-arm64", "--python", "3.12"),
+        r"--target deb packages Linux .*macosx_14_0_arm64\): .* for CPython 3\.12 on osx-arm64",
+        id="deb-for-macos",
+    ),
+    pytest.param(
+        ("build", "--target", "rpm", MAC),
+        rf"--target rpm packages Linux .*: {MAC}\n",
+        id="rpm-of-a-macos-wheel",
+    ),
+    pytest.param(
+        ("build", "--backend", "rattler-build", "--platform", "all"),
+        r"a release is packaged with --backend assemble, not rattler-build",
+        id="release-by-recipe-backend",
+    ),
+    pytest.param(
+        ("plan", "--graph", "--python", "3.10,3.11"),
+        r"--graph shows one wheel, not a release .*2 wheels\): 3\.10 linux-64, 3\.11 linux-64",
+        id="graph-of-pythons",
+    ),
+    pytest.param(
+        ("plan", "--graph-format", "mermaid", X86.format(cp="cp311"), ARM.format(cp="cp311")),
+        r"--graph shows one wheel, not a release .*: executorch-1\.5\.1-cp311",
+        id="graph-of-two-wheels",
+    ),
+    pytest.param(
+        ("plan", "--why", "executorch/__init__.py", "--platform", "all"),
+        r"--why shows one wheel, not a release",
+        id="why-of-platforms",
+    ),
     pytest.param(("doctor",), r"doctor needs exactly one of", id="doctor-without-subject"),
     pytest.param(
         ("verify", ".", "--python", "/no/such/python"),
@@ -103,7 +151,7 @@ REFUSED = [
 
 
 @pytest.mark.parametrize(("args", "message"), REFUSED)
-def test_refused_before_anything_is_done(
+def test_refused_before_anything_is_fetched(
     tmp_path: Path, args: tuple[str, ...], message: str
 ) -> None:
     result = run(tmp_path, *args)
@@ -114,3 +162,54 @@ def test_refused_before_anything_is_done(
     assert "wheel not found" not in result.stderr
     assert not (tmp_path / "cache").exists()  # nothing was downloaded, not even looked up
     assert sorted((tmp_path / "cwd").iterdir()) == []  # and nothing written
+
+
+@pytest.mark.parametrize(
+    ("specs", "pythons", "platforms", "target"),
+    [
+        pytest.param([], "3.11", "all", "deb", id="one-python-two-platforms"),
+        pytest.param(
+            [X86.format(cp="cp311"), ARM.format(cp="cp311")],
+            None,
+            None,
+            "rpm",
+            id="two-platforms-by-path",
+        ),
+        pytest.param(["executorch==1.5.1"], "3.12", None, "deb", id="one-requirement"),
+        pytest.param(
+            [X86.format(cp="cp311")] * 2,
+            None,
+            None,
+            "deb",
+            id="same-wheel-twice-is-the-release-check's",
+        ),
+        pytest.param(
+            ["not-a-wheel-name.whl", "x.whl"],
+            None,
+            None,
+            "deb",
+            id="unreadable-names-are-the-wheel-reader's",
+        ),
+        pytest.param([], "3.10,3.11", "linux-64", "conda", id="conda-release"),
+        pytest.param([], "3.10,3.11", None, "wheel", id="wheel-release"),
+    ],
+)
+def test_what_the_arguments_allow_passes(
+    specs: list[str], pythons: str | None, platforms: str | None, target: str
+) -> None:
+    check_build_request(specs, pythons, platforms, target, CondaBackend.ASSEMBLE)
+
+
+def test_requested_wheels_count_as_the_fetch_does() -> None:
+    """One per path, one per requirement and --python/--platform target; a single wheel,
+    even named through --python, is not a release."""
+    assert len(requested_wheels([], None, None)) == 1
+    assert len(requested_wheels(["executorch==1.5.1"], "3.12", None)) == 1
+    assert len(requested_wheels([], "all", "all")) == 10
+    both = requested_wheels([X86.format(cp="cp312"), "executorch==1.5.1"], "3.10,3.11", "linux-64")
+    assert [(w.python, w.subdir) for w in both] == [
+        ("3.12", "linux-64"),
+        ("3.10", "linux-64"),
+        ("3.11", "linux-64"),
+    ]
+    check_plan_request(["executorch==1.5.1"], "3.12", "linux-64", True, "executorch/x.py")

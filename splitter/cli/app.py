@@ -33,6 +33,7 @@ from splitter.manifest import NAME as MANIFEST
 from splitter.model import CondaBackend, Only, Rpath
 from splitter.plan.release import Release, ReleasePlanning
 from splitter.plan.report import plan_json, release_json
+from splitter.plan.request import check_build_request, check_plan_request
 from splitter.targets.builder import Builder, Target, build_output
 from splitter.targets.conda.build import (
     DEFAULT_LEVEL,
@@ -145,6 +146,7 @@ def plan(
 ) -> None:
     """Show how the wheel (or a release) is split: packages, dependencies, CMake components,
     exclusivity; for a release, which wheel each package of each platform comes from."""
+    check_plan_request(wheel or [], python, platform, graph or graph_format is not None, why)
     result = compute_input(
         wheel or [], recipe, show_progress(ctx, quiet, as_json), python, platform
     )
@@ -227,6 +229,7 @@ def build(
     traceback: TracebackOpt = False,
 ) -> None:
     """Build the packages of the plan (or of a release) for one target."""
+    check_build_request(wheel or [], python, platform, target.value, backend)
     progress = show_progress(ctx, quiet, as_json)
     out_dir = output or Path("dist") / target.value
     builders: dict[Target, Callable[[], contextlib.AbstractContextManager[Builder]]] = {

@@ -97,6 +97,19 @@ def wheel_targets(pythons: str, platforms: str) -> list[WheelTarget]:
     return [WheelTarget(p, s) for s in chosen_platforms for p in chosen_pythons]
 
 
+def requested_targets(pythons: str | None, platforms: str | None) -> list[WheelTarget]:
+    """The targets --python and --platform name, each defaulting to this interpreter's
+    CPython and this machine's platform."""
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    return wheel_targets(pythons or here, platforms or machine_subdir())
+
+
+def is_wheel_path(spec: str) -> bool:
+    """Whether a WHEEL argument names a file (a .whl, or anything that exists), not a
+    requirement."""
+    return spec.endswith(".whl") or Path(spec).exists()
+
+
 def resolve_inputs(
     specs: list[str], recipe: Recipe, pythons: str | None, platforms: str | None
 ) -> list[Path]:
@@ -109,12 +122,10 @@ def resolve_inputs(
             if specs
             else [resolve_input(None, recipe)]
         )
-    here = f"{sys.version_info.major}.{sys.version_info.minor}"
-    machine = machine_subdir()
-    targets = wheel_targets(pythons or here, platforms or machine)
+    targets = requested_targets(pythons, platforms)
     found: list[Path] = []
     for spec in specs or [f"{recipe.project}=={recipe.default_version}"]:
-        if spec.endswith(".whl") or Path(spec).exists():
+        if is_wheel_path(spec):
             found.append(resolve_input(spec, recipe))
             continue
         requirement = _requirement(spec, recipe)
@@ -128,7 +139,7 @@ def resolve_input(spec: str | None, recipe: Recipe) -> Path:
     if spec is None:
         spec = f"{recipe.project}=={recipe.default_version}"
     path = Path(spec)
-    if spec.endswith(".whl") or path.exists():
+    if is_wheel_path(spec):
         if not path.is_file():
             raise InvalidWheel(f"wheel not found: {path}")
         return path

@@ -138,9 +138,14 @@ def arch_of(plan: Plan, target: str) -> Arch:
     """The architecture of the plan's wheel; other platforms have no deb or rpm."""
     arch = ARCHES.get(plan.platform.machine)
     if arch is None or not plan.platform.tag.startswith("manylinux"):
-        raise UsageError(
-            f"--target {target} packages Linux x86_64 and aarch64 wheels only "
-            f"(the wheel's platform is {plan.platform.tag}): {plan.wheel.filename}\n"
-            f"give a manylinux wheel, or use --target wheel or conda for this platform"
-        )
+        raise linux_only(target, plan.platform.tag, plan.wheel.filename)
     return arch
+
+
+def linux_only(target: str, tag: str, wheel: str) -> UsageError:
+    """The refusal of a deb or rpm for a wheel of a platform that has none."""
+    return UsageError(
+        f"--target {target} packages Linux x86_64 and aarch64 wheels only "
+        f"(the wheel's platform is {tag}): {wheel}\n"
+        f"give a manylinux wheel, or use --target wheel or conda for this platform"
+    )

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from splitter.errors import ExternalToolError, MissingToolError, UsageError
+from splitter.errors import ExternalToolError, MissingToolError
 from splitter.input.payload import Payload
 from splitter.manifest import Artifact
 from splitter.model import CondaBackend, PackagePlan, Plan, Rpath
@@ -28,6 +28,7 @@ from splitter.plan.release import (
     wheel_inputs,
 )
 from splitter.plan.report import exclusivity_record
+from splitter.plan.request import release_backend
 from splitter.targets.builder import Target, artifact, build_output
 from splitter.targets.conda.assemble import (
     PLACEHOLDER,
@@ -328,11 +329,7 @@ def build_conda_release(
     one is planned (see ReleasePipeline); the release is checked when the last is planned,
     and a refusal leaves nothing, as OUT is written only when complete."""
     if options.backend != CondaBackend.ASSEMBLE:
-        raise UsageError(
-            f"a release is packaged with --backend assemble, not {options.backend}: its "
-            "rattler-build recipe (a variant per Python) is written under OUT/recipes/<subdir>/ "
-            "for a rebuild"
-        )
+        raise release_backend(options.backend)
     with contextlib.ExitStack() as stack:
         if workers is None:
             workers = stack.enter_context(assemble_workers(options.jobs))
@@ -348,11 +345,7 @@ def _build_release(
     workers: Workers,
 ) -> list[Artifact]:
     if options.backend != CondaBackend.ASSEMBLE:
-        raise UsageError(
-            f"a release is packaged with --backend assemble, not {options.backend}: its "
-            "rattler-build recipe (a variant per Python) is written under OUT/recipes/<subdir>/ "
-            "for a rebuild"
-        )
+        raise release_backend(options.backend)
     try:
         with ReleasePipeline(build, options, progress, workers) as pipeline:
             for plan in planning.plans(progress):

@@ -19,13 +19,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from splitter.errors import RecipeError, UsageError
+from splitter.errors import RecipeError
 from splitter.manifest import Artifact
 from splitter.model import Distro, PackagePlan, Plan
 from splitter.plan.facts import Arch, arch_of
 from splitter.plan.layout import make_layout
 from splitter.plan.release import Release, ReleasePlanning, planned
 from splitter.plan.report import RECORD
+from splitter.plan.request import several_pythons
 from splitter.targets.builder import Target, artifact
 from splitter.targets.distro import debmeta
 from splitter.targets.distro.common import (
@@ -76,12 +77,8 @@ def check_one_python(release: Release, target: str) -> None:
     for its one python3, and the packages of two Pythons would have one name and version."""
     for group in release.groups:
         if len(group.plans) > 1:
-            pythons = ", ".join("{}.{}".format(*p.platform.python) for p in group.plans)
-            raise UsageError(
-                f"--target {target} builds for one Python per platform (the distribution's "
-                f"python3), not {len(group.plans)} ({pythons}) for {group.subdir}\n"
-                f"give one --python (your distribution's, e.g. --python 3.11)"
-            )
+            pythons = ["{}.{}".format(*p.platform.python) for p in group.plans]
+            raise several_pythons(target, group.subdir, pythons)
 
 
 def write_debs(plan: Plan, build: Path, progress: Progress | None, guard: bool) -> list[str]:
