@@ -3,6 +3,7 @@ one plan, one channel, one wheelhouse; shared packages only when their files are
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -26,12 +27,14 @@ from consumer_tools import (
     run_model,
 )
 
+from splitter.cli.console import show_release
 from splitter.errors import InvalidWheel, ReleaseError
 from splitter.input.fetch import resolve_inputs
 from splitter.input.wheel import Known
+from splitter.model import Plan
 from splitter.plan.make import make_plan
 from splitter.plan.recipe import load_recipe
-from splitter.plan.release import Release, make_release
+from splitter.plan.release import PlatformGroup, Release, StampedFile, make_release
 from splitter.verify.install import conda_info_file
 
 pytestmark = pytest.mark.integration
@@ -661,3 +664,25 @@ def test_a_wheel_failing_while_the_previous_one_packs_leaves_nothing(
         check=False,
     )
     assert children.stdout == ""
+
+
+def test_the_matrix_names_what_its_platform_stamps(
+    real_plan: Plan, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`splitter plan` of a release says what was set aside by platform: the GNU build-id of
+    an ELF file, the LC_UUID and code signature of a Mach-O one (it said GNU build-id for both)."""
+    macos = dataclasses.replace(
+        real_plan, platform=dataclasses.replace(real_plan.platform, macos="14.0")
+    )
+    for plan, words in ((real_plan, "GNU build-id"), (macos, "LC_UUID and code signature")):
+        stamped = StampedFile(path="executorch/lib/libexecutorch.so", wheels=("b",), region=words)
+        group = PlatformGroup(
+            subdir=plan.platform.conda_subdir,
+            plans=(plan, plan),
+            shared_packages=("executorch-runtime",),
+            stamped=(stamped,),
+        )
+        show_release(Release(project="executorch", version="1.5.1", groups=(group,)))
+        printed = capsys.readouterr().out
+        assert f"1 of them but for the {words}" in printed, printed
+        assert ("GNU build-id" in printed) == (plan is real_plan), printed

@@ -26,7 +26,7 @@ from splitter.input.fetch import resolve_input, resolve_inputs
 from splitter.model import Plan
 from splitter.plan.make import make_plan
 from splitter.plan.recipe import load_recipe
-from splitter.plan.release import Release, ReleasePlanning, planned
+from splitter.plan.release import Release, ReleasePlanning, link_stamps, planned
 from splitter.targets.builder import Built
 
 if TYPE_CHECKING:  # doctor loads only when used
@@ -182,7 +182,11 @@ def show_release(release: Release) -> None:
             f"{group.subdir}: {', '.join(group.shared_packages)} packaged once, from "
             f"{group.source.wheel.filename} (the oldest Python); their files are identical in "
             f"all {len(group.plans)} wheels"
-            + (f", {len(group.stamped)} of them but for the GNU build-id" if group.stamped else "")
+            + (
+                f", {len(group.stamped)} of them but for the {link_stamps(group.source.platform)}"
+                if group.stamped
+                else ""
+            )
         )
 
 

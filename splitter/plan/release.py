@@ -34,7 +34,8 @@ Progress = Callable[[str, int, int], None]
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StampedFile:
     """A file of a Python-independent package whose bytes differ between the wheels of a
-    platform only in what the linker stamps (the GNU build-id)."""
+    platform only in what the linker stamps (link_stamps: an ELF file's GNU build-id, a Mach-O
+    file's LC_UUID and code signature)."""
 
     path: str
     wheels: tuple[str, ...]  # the wheels whose copy differs from the source wheel's there

@@ -113,7 +113,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
 
 def release_json(release: Release) -> dict[str, Any]:
     """A release: its inputs, and per platform where each package comes from and why the
-    shared ones may be shared (the files that differ only in their GNU build-id)."""
+    shared ones may be shared (the files that differ only in their link stamps)."""
     platforms = []
     for group in release.groups:
         source = group.source.wheel.filename
