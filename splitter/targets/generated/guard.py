@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import posixpath
 
-from splitter.errors import SplitterError
+from splitter.errors import UsageError
 from splitter.input.payload import Payload
 from splitter.model import Plan
 
@@ -79,7 +79,7 @@ def guard_files(plan: Plan) -> tuple[dict[str, bytes], dict[str, bytes]]:
             continue
         init = posixpath.join(posixpath.dirname(verdict.first), "__init__.py")
         if init not in plan.owners:
-            raise SplitterError(
+            raise UsageError(
                 f"--guard needs a Python package around the plugin, but {init} is not in "
                 f"{plan.wheel.filename}: build without --guard"
             )
