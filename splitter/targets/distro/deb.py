@@ -24,7 +24,7 @@ from splitter.manifest import Artifact
 from splitter.model import Distro, PackagePlan, Plan
 from splitter.plan.facts import Arch, arch_of
 from splitter.plan.layout import make_layout
-from splitter.plan.release import Release, ReleasePlanning, planned
+from splitter.plan.release import ReleasePlanning, planned
 from splitter.plan.report import RECORD
 from splitter.plan.request import several_pythons
 from splitter.targets.builder import Target, artifact
@@ -62,26 +62,28 @@ class DebBuilder:
         self, release: ReleasePlanning, build: Path, progress: Progress | None = None
     ) -> list[Artifact]:
         """See the class."""
-        checked = planned(release, progress)
-        check_one_python(checked, "deb")
-        written: list[Artifact] = []
-        for group in checked.groups:
-            plan = group.source
-            names = write_debs(plan, build, progress, self.guard)
-            written += [artifact(n, plan, p) for n, p in zip(names, plan.packages, strict=True)]
-        return written
+        return [
+            artifact(path, plan, plan.package(name))
+            for plan in one_wheel_per_platform(release, progress, "deb")
+            for name, path in write_debs(plan, build, progress, self.guard).items()
+        ]
 
 
-def check_one_python(release: Release, target: str) -> None:
-    """Refuse several Pythons of one platform: the export package of a distribution is built
-    for its one python3, and the packages of two Pythons would have one name and version."""
-    for group in release.groups:
+def one_wheel_per_platform(
+    release: ReleasePlanning, progress: Progress | None, target: str
+) -> list[Plan]:
+    """The plan of each platform's wheel; several Pythons of one platform are refused: the
+    export package of a distribution is built for its one python3, and the packages of two
+    Pythons would have one name and version."""
+    checked = planned(release, progress)
+    for group in checked.groups:
         if len(group.plans) > 1:
             pythons = ["{}.{}".format(*p.platform.python) for p in group.plans]
             raise several_pythons(target, group.subdir, pythons)
+    return [group.source for group in checked.groups]
 
 
-def write_debs(plan: Plan, build: Path, progress: Progress | None, guard: bool) -> list[str]:
+def write_debs(plan: Plan, build: Path, progress: Progress | None, guard: bool) -> dict[str, str]:
     """Stage the plan and write each package's .deb into `build`; returns the file names."""
     arch = arch_of(plan, "deb")
     distro = distro_of(plan, "deb")
@@ -149,7 +151,7 @@ def write_debs(plan: Plan, build: Path, progress: Progress | None, guard: bool) 
         order = sorted(plan.packages, key=lambda p: -p.bytes)
         with ThreadPoolExecutor(max_workers=WORKERS) as pool:
             built = dict(zip([p.name for p in order], pool.map(pack, order), strict=True))
-        written = [built[p.name] for p in plan.packages]
+        written = {p.name: built[p.name] for p in plan.packages}
     finally:
         shutil.rmtree(scratch)
     return written

@@ -20,7 +20,7 @@ from splitter.manifest import Artifact
 from splitter.model import Plan
 from splitter.plan.facts import arch_of
 from splitter.plan.layout import make_layout
-from splitter.plan.release import ReleasePlanning, planned
+from splitter.plan.release import ReleasePlanning
 from splitter.plan.report import RECORD
 from splitter.targets.builder import Target, artifact
 from splitter.targets.distro.common import (
@@ -30,7 +30,7 @@ from splitter.targets.distro.common import (
     record_json,
     stage_under,
 )
-from splitter.targets.distro.deb import check_one_python
+from splitter.targets.distro.deb import one_wheel_per_platform
 from splitter.targets.distro.rpmspec import render_spec, rpmlintrc, spec_name
 from splitter.targets.stage import Progress
 from splitter.tools import need_tool, run_tool
@@ -51,28 +51,16 @@ class RpmBuilder:
         self, release: ReleasePlanning, build: Path, progress: Progress | None = None
     ) -> list[Artifact]:
         """See the class."""
-        checked = planned(release, progress)
-        check_one_python(checked, "rpm")
-        written: list[Artifact] = []
-        for group in checked.groups:
-            plan = group.source
-            files = write_rpms(plan, build, progress, self.guard)
-            names = dict(distro_of(plan, "rpm").names)
-            for package in plan.packages:
-                head = f"{names[package.name]}-{plan.wheel.version}-"
-                (path,) = [f for f in files if "/" not in f and _rpm_name(f) == head]
-                written.append(artifact(path, plan, package))
-        return written
+        return [
+            artifact(path, plan, plan.package(name))
+            for plan in one_wheel_per_platform(release, progress, "rpm")
+            for name, path in write_rpms(plan, build, progress, self.guard).items()
+        ]
 
 
-def _rpm_name(filename: str) -> str:
-    """<name>-<version>- of <name>-<version>-<release>.<arch>.rpm."""
-    return filename.rsplit("-", 1)[0] + "-" if filename.endswith(".rpm") else ""
-
-
-def write_rpms(plan: Plan, build: Path, progress: Progress | None, guard: bool) -> list[str]:
-    """Stage the plan, write the spec and its sources, run rpmbuild; returns paths relative
-    to `build` of everything written."""
+def write_rpms(plan: Plan, build: Path, progress: Progress | None, guard: bool) -> dict[str, str]:
+    """Stage the plan, write the spec and its sources (OUT/SPECS, OUT/SOURCES), run rpmbuild;
+    returns each package's .rpm file name."""
     arch = arch_of(plan, "rpm")
     distro = distro_of(plan, "rpm")
     rpmbuild = need_tool("rpmbuild", "rpm")
@@ -133,10 +121,13 @@ def write_rpms(plan: Plan, build: Path, progress: Progress | None, guard: bool) 
             ],
             env={"SOURCE_DATE_EPOCH": str(plan.wheel.timestamp)},
         )
-        written = [str(p.relative_to(build)) for p in (sources, specs) for p in p.iterdir()]
-        for rpm in sorted((topdir / "RPMS").rglob("*.rpm")):
+        written = {}
+        for package in plan.packages:
+            # rpmbuild names it <name>-<version>-<release>.<arch>.rpm
+            head = f"{names[package.name]}-{plan.wheel.version}-"
+            (rpm,) = (topdir / "RPMS").rglob(f"{head}*.rpm")
             shutil.move(rpm, build / rpm.name)
-            written.append(rpm.name)
+            written[package.name] = rpm.name
     finally:
         shutil.rmtree(scratch)
-    return sorted(written)
+    return written
