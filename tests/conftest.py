@@ -76,6 +76,12 @@ def real_wheel_macos_cp310() -> Path:
 
 
 @pytest.fixture(scope="session")
+def real_wheel_macos_cp312() -> Path:
+    """The cp312 macOS arm64 wheel: a third Python for the release identity check."""
+    return _download(f"executorch=={REAL_VERSION}", "macosx_14_0_arm64", python="3.12")
+
+
+@pytest.fixture(scope="session")
 def old_wheel() -> Path:
     """executorch 1.4.1, which has no C++ runtime under executorch/lib."""
     return _download("executorch==1.4.1", None)

@@ -15,16 +15,15 @@ from pathlib import Path
 
 import pytest
 import zstandard
-from machotools import check_signature, kernel_table_entries, same_but_spans
+from machotools import check_signature, kernel_table_entries
 
-from splitter.binaries.macho import analyse_macho, is_macho, stamped_spans
+from splitter.binaries.macho import analyse_macho, is_macho
 from splitter.binaries.relocate import set_macho_rpaths
 from splitter.binaries.resolve import find_unresolved
-from splitter.errors import BinaryError, MissingToolError, ReleaseError
+from splitter.errors import BinaryError, MissingToolError
 from splitter.model import BinaryInfo, Plan
 from splitter.plan.make import make_plan
 from splitter.plan.recipe import load_recipe
-from splitter.plan.release import make_release
 from splitter.targets.conda.meta import conda_depends
 
 pytestmark = pytest.mark.integration
@@ -511,27 +510,6 @@ def test_cmake_config_evaluates_for_darwin(macos_prefix: Path, label: str, tmp_p
         assert values["QUANTIZED"] == f"{lib}/libexecutorch_kernels_quantized.dylib"
         assert values["LIBRARIES"].split(";")[0] == f"{lib}/libexecutorch.dylib"
         assert len(values["LIBRARIES"].split(";")) == 8
-
-
-def test_release_sets_aside_uuid_and_signature_only(
-    real_wheel_macos: Path, real_wheel_macos_cp310: Path
-) -> None:
-    """cp310 and cp311: seven runtime dylibs differ only in LC_UUID and the signature; mlx also
-    embeds a per-Python build path, so the runtime cannot be shared, and the check says so."""
-    with pytest.raises(ReleaseError) as info:
-        make_release([real_wheel_macos_cp310, real_wheel_macos], load_recipe())
-    (problem,) = [line for line in str(info.value).splitlines() if "differs" in line]
-    assert "beyond its LC_UUID and code signature: " in problem
-    assert f"{LIB}libexecutorch_backend_mlx.dylib;" in problem
-    left, right = zipfile.ZipFile(real_wheel_macos_cp310), zipfile.ZipFile(real_wheel_macos)
-    stamped_only = []
-    for name in sorted(n for n in left.namelist() if n.endswith(".dylib") and n.startswith(LIB)):
-        a, b = left.read(name), right.read(name)
-        if a != b and same_but_spans(a, b, stamped_spans(name, a), stamped_spans(name, b)):
-            stamped_only.append(name.removeprefix(LIB))
-            # the independent check: both copies' signatures hold over their own bytes
-            assert check_signature(a) == check_signature(b) == []
-    assert len(stamped_only) == 7 and "libexecutorch_backend_mlx.dylib" not in stamped_only
 
 
 def test_verify_runs_what_linux_can_and_says_the_rest_needs_macos(macos_channel: Path) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from splitter.binaries import elf, macho
 from splitter.binaries.elf import analyse_elf, is_elf
 from splitter.binaries.macho import analyse_macho, is_macho
+from splitter.binaries.stamps import Spans
 from splitter.model import BinaryInfo
 
 
@@ -17,3 +19,10 @@ def analyse_binary(path: str, data: bytes, registrations: bool = True) -> Binary
     if is_macho(data):
         return analyse_macho(path, data, registrations)
     return analyse_elf(path, data, registrations)
+
+
+def stamp_layout(path: str, data: bytes) -> tuple[Spans, Spans]:
+    """(link stamps, read-only string sections) of the binary `data`, by its format."""
+    if is_macho(data):
+        return macho.stamp_layout(path, data)
+    return elf.stamp_layout(path, data)

@@ -115,6 +115,23 @@ def _analyse(path: str, data: bytes, registrations: bool) -> BinaryInfo:
     )
 
 
+def stamp_layout(path: str, data: bytes) -> tuple[Spans, Spans]:
+    """Where the ELF file `data` holds its GNU build-id and its read-only data (`.rodata`), as
+    (offset, length) spans: what a release compares two copies of a file by
+    (splitter.binaries.stamps.compare_strings)."""
+    try:
+        sections = list(ELFFile(io.BytesIO(data)).iter_sections())
+        strings = tuple(
+            (s["sh_offset"], s["sh_size"])
+            for s in sections
+            if s.name == ".rodata" and s["sh_type"] != "SHT_NOBITS" and s["sh_size"]
+        )
+        return _build_id_spans(sections), strings
+    except (ELFError, struct.error, ValueError, ArithmeticError, AssertionError) as exc:
+        reason = str(exc) or f"pyelftools {type(exc).__name__}"
+        raise BinaryError(f"cannot read ELF ({reason}): {path}") from exc
+
+
 def _linkage(path: str, data: bytes) -> BinaryInfo | None:
     """The dynamic-linking facts of a 64-bit little-endian ELF file of a known machine, read
     the way ld.so reads them: PT_DYNAMIC's entries, their strings from DT_STRTAB through the

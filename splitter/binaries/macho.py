@@ -161,6 +161,16 @@ def stamped_spans(path: str, data: bytes) -> Spans:
     return _stamped_spans(parse_macho(path, data))
 
 
+def stamp_layout(path: str, data: bytes) -> tuple[Spans, Spans]:
+    """Where the Mach-O file `data` holds its link stamps (stamped_spans) and its read-only C
+    strings (`__TEXT,__cstring`), as (offset, length) spans: what a release compares two
+    copies of a file by (splitter.binaries.stamps.compare_strings)."""
+    binary = parse_macho(path, data)
+    section = binary.get_section("__TEXT", "__cstring")
+    strings = ((section.offset, section.size),) if section is not None and section.size else ()
+    return _stamped_spans(binary), strings
+
+
 def _stamped_spans(binary: lief.MachO.Binary) -> Spans:
     lief = _lief()
     spans = []

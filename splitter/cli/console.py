@@ -26,7 +26,13 @@ from splitter.input.fetch import resolve_input, resolve_inputs
 from splitter.model import Plan
 from splitter.plan.make import make_plan
 from splitter.plan.recipe import load_recipe
-from splitter.plan.release import Release, ReleasePlanning, link_stamps, planned
+from splitter.plan.release import (
+    BUILD_STRINGS,
+    Release,
+    ReleasePlanning,
+    link_stamps,
+    planned,
+)
 from splitter.targets.builder import Built
 
 if TYPE_CHECKING:  # doctor loads only when used
@@ -188,6 +194,13 @@ def show_release(release: Release) -> None:
                 else ""
             )
         )
+        for stamped in group.stamped:
+            if stamped.strings:
+                out.print(f"  {stamped.path}: also set aside, {BUILD_STRINGS}:")
+            for string in stamped.strings:
+                out.print(
+                    f"    {string.wheel} at {string.offset:#x}: {string.text}", soft_wrap=True
+                )
 
 
 def show_why(result: Plan, path: str, as_json: bool) -> None:

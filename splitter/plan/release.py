@@ -7,9 +7,13 @@ wheel: the one for the oldest Python, a stated and deterministic choice. That is
 when each of their files is the same in every wheel of the group, so each is compared: equal
 digests, or, for an ELF file, equal bytes once the GNU build-id (which the linker stamps per
 link) is set aside; for a Mach-O file, the LC_UUID and the code signature (whose page hashes
-cover the UUID). Any other difference, a file missing from one wheel, two wheels of one
-platform and Python, or wheels of two versions, is a ReleaseError naming the file and the
-wheels; every problem is reported at once.
+cover the UUID). A third stamp is defined narrowly: a binary may also differ inside
+NUL-terminated strings of its read-only string section (`__TEXT,__cstring`, ELF `.rodata`)
+where each wheel's string names that wheel's own Python build and is the other's but for
+that name (1.5.1's MLX embeds its build directory, `...-cpython-3XY/...`, as a fallback path
+to `mlx.metallib`, which it finds beside the library first). Any other difference, a file
+missing from one wheel, two wheels of one platform and Python, or wheels of two versions, is
+a ReleaseError naming the file and the wheels; every problem is reported at once.
 """
 
 from __future__ import annotations
@@ -22,7 +26,10 @@ from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
+from splitter.binaries.detect import stamp_layout
+from splitter.binaries.stamps import StringComparison, compare_strings
 from splitter.errors import ReleaseError, SplitterError
+from splitter.input.payload import Payload
 from splitter.input.wheel import Known
 from splitter.model import PackagePlan, Plan, Platform, Recipe
 from splitter.plan.facts import platform_of
@@ -32,14 +39,33 @@ Progress = Callable[[str, int, int], None]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SetAsideString:
+    """A string a release set aside in one wheel's copy of a stamped file: it names that
+    wheel's Python build (splitter.binaries.stamps.compare_strings)."""
+
+    wheel: str
+    offset: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StampedFile:
     """A file of a Python-independent package whose bytes differ between the wheels of a
     platform only in what the linker stamps (link_stamps: an ELF file's GNU build-id, a Mach-O
-    file's LC_UUID and code signature)."""
+    file's LC_UUID and code signature) and, if `strings`, in NUL-terminated strings of a
+    read-only string section where each wheel's copy names its own Python build."""
 
     path: str
     wheels: tuple[str, ...]  # the wheels whose copy differs from the source wheel's there
     region: str  # ELF_STAMPS or MACHO_STAMPS
+    strings: tuple[SetAsideString, ...] = ()  # every wheel's, the source's too; by offset
+
+    @property
+    def set_aside(self) -> str:
+        """What was set aside, in words: the region, and the build strings if any."""
+        if not self.strings:
+            return self.region
+        return f"{self.region} and {BUILD_STRINGS}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -251,12 +277,14 @@ def _compare_shared(
 ) -> tuple[tuple[StampedFile, ...], list[str]]:
     """Compare every file of the shared packages in each wheel with the source wheel's: by
     the RECORD digests the plans verified, and where those differ, for a binary, by the digest
-    its plan recorded with the link stamps set aside (BinaryInfo.unstamped_sha256). Nothing is
-    read again."""
+    its plan recorded with the link stamps set aside (BinaryInfo.unstamped_sha256); where
+    that differs too, both copies are read again (verified) and compared string by string
+    (_build_strings)."""
     source, others = members[0], members[1:]
     problems: list[str] = []
     stamped: dict[str, list[str]] = defaultdict(list)
     regions: dict[str, str] = {}
+    strings: dict[str, set[SetAsideString]] = defaultdict(set)
     wanted = sorted(f for name in shared for f in source.package(name).files)
     digests = {e.path: e.sha256 for e in source.wheel.entries}
     binaries = {b.path: b for b in source.binaries}
@@ -276,28 +304,60 @@ def _compare_shared(
                 continue
             binary, their_binary = binaries.get(path), their_binaries.get(path)
             stamp = MACHO_STAMPS if binary is not None and binary.macho else ELF_STAMPS
-            if (
-                binary is not None
-                and their_binary is not None
-                and binary.unstamped_sha256 == their_binary.unstamped_sha256
-            ):
+            if binary is None or their_binary is None:
+                reason = "it is not a binary, so nothing in it is a stamp"
+            elif binary.unstamped_sha256 == their_binary.unstamped_sha256:
+                reason = ""
+            else:
+                found = _build_strings(source, other, path)
+                reason = found.refused
+                for s in found.strings:
+                    strings[path].add(
+                        SetAsideString(wheel=source.wheel.filename, offset=s.offset, text=s.mine)
+                    )
+                    strings[path].add(
+                        SetAsideString(wheel=other.wheel.filename, offset=s.offset, text=s.theirs)
+                    )
+            if not reason:
                 stamped[path].append(other.wheel.filename)
                 regions[path] = stamp
                 continue
             problems.append(
                 "a file of a Python-independent package differs between two wheels of a "
                 f"release beyond its {stamp}: {path}; wheels {source.wheel.filename} and "
-                f"{other.wheel.filename}\nthe package cannot be shared: rebuild the wheels "
-                "from one source tree, or split them one at a time"
+                f"{other.wheel.filename}\nwhere: {reason}\nthe package cannot be shared: "
+                "rebuild the wheels from one source tree, or split them one at a time"
             )
     files = tuple(
-        StampedFile(path=p, wheels=tuple(w), region=regions[p]) for p, w in sorted(stamped.items())
+        StampedFile(
+            path=p,
+            wheels=tuple(w),
+            region=regions[p],
+            strings=tuple(sorted(strings[p], key=lambda s: (s.offset, s.wheel))),
+        )
+        for p, w in sorted(stamped.items())
     )
     return files, problems
 
 
+def _build_strings(source: Plan, other: Plan, path: str) -> StringComparison:
+    """Both wheels' copies of the binary `path`, read again (verified against RECORD) and
+    compared with their link stamps set aside: the strings that differ only in the Python build
+    each names, or why the copies differ beyond that."""
+    with Payload(source.wheel) as mine, Payload(other.wheel) as theirs:
+        copies = (mine.read(path), theirs.read(path))
+    layouts = (stamp_layout(path, copies[0]), stamp_layout(path, copies[1]))
+    return compare_strings(
+        *copies,
+        spans=(layouts[0][0], layouts[1][0]),
+        sections=(layouts[0][1], layouts[1][1]),
+        pythons=(source.platform.python, other.platform.python),
+    )
+
+
 ELF_STAMPS = "GNU build-id"
 MACHO_STAMPS = "LC_UUID and code signature"
+BUILD_STRINGS = "strings naming each wheel's Python build"
 
 
 def link_stamps(platform: Platform) -> str:

@@ -138,7 +138,15 @@ def release_json(release: Release) -> dict[str, Any]:
                 "pythons": ["{}.{}".format(*p.platform.python) for p in group.plans],
                 "identical": "every file of the shared packages, but for the stamped ones",
                 "stamped": [
-                    {"path": f.path, "region": f.region, "wheels": list(f.wheels)}
+                    {
+                        "path": f.path,
+                        "region": f.region,
+                        "wheels": list(f.wheels),
+                        "strings": [
+                            {"wheel": s.wheel, "offset": s.offset, "text": s.text}
+                            for s in f.strings
+                        ],
+                    }
                     for f in group.stamped
                 ],
                 "packages": rows,

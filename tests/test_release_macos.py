@@ -1,0 +1,148 @@
+"""A macOS arm64 release (cp310, cp311, cp312 of 1.5.1): the runtime is shared although
+libexecutorch_backend_mlx.dylib embeds a per-Python build path; any other difference is
+refused, naming the file and both wheels, with nothing written."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+from builders import replace_member, run_splitter
+from machotools import check_signature, same_but_spans
+
+from splitter.binaries.macho import stamp_layout, stamped_spans
+from splitter.errors import ReleaseError
+from splitter.plan.recipe import load_recipe
+from splitter.plan.release import Release, make_release
+
+pytestmark = pytest.mark.integration
+
+LIB = "executorch/lib/"
+MLX = f"{LIB}libexecutorch_backend_mlx.dylib"
+BUILD_PATH = re.compile(
+    r"/pip-out/temp\.macosx-14\.0-arm64-cpython-3(\d+)/cmake-out/.*/mlx\.metallib$"
+)
+
+
+@pytest.fixture(scope="module")
+def wheels(
+    real_wheel_macos_cp310: Path, real_wheel_macos: Path, real_wheel_macos_cp312: Path
+) -> list[Path]:
+    return [real_wheel_macos_cp310, real_wheel_macos, real_wheel_macos_cp312]
+
+
+@pytest.fixture(scope="module")
+def release(wheels: list[Path]) -> Release:
+    return make_release(wheels, load_recipe())
+
+
+def test_the_runtime_is_shared_with_the_mlx_build_path_set_aside(
+    release: Release, wheels: list[Path]
+) -> None:
+    """Eight runtime dylibs are stamped; MLX's record names its build-path string in each of
+    the three wheels, each naming that wheel's own CPython, at one offset."""
+    (group,) = release.groups
+    assert group.subdir == "osx-arm64" and group.source.wheel.path == wheels[0]
+    assert len(group.stamped) == 8
+    by_path = {f.path: f for f in group.stamped}
+    mlx = by_path[MLX]
+    assert mlx.wheels == (wheels[1].name, wheels[2].name)
+    assert [s.wheel for s in mlx.strings] == [w.name for w in wheels]
+    assert len({s.offset for s in mlx.strings}) == 1
+    for string, wheel in zip(mlx.strings, wheels, strict=True):
+        match = BUILD_PATH.search(string.text)
+        assert match is not None, string.text
+        assert f"cp3{match.group(1)}-" in wheel.name
+    assert [f.path for f in group.stamped if f.strings] == [MLX]
+    assert (
+        mlx.set_aside == "LC_UUID and code signature and strings naming each wheel's Python build"
+    )
+
+
+def test_the_set_aside_string_is_the_only_other_difference(wheels: list[Path]) -> None:
+    """Independently: cmp-style, every byte of MLX that differs between cp310 and cp312 outside
+    LC_UUID and the signature is in the one string inside __TEXT,__cstring; the other seven
+    differing dylibs differ only in the link stamps; every copy's signature holds."""
+    left, right = zipfile.ZipFile(wheels[0]), zipfile.ZipFile(wheels[2])
+    a, b = left.read(MLX), right.read(MLX)
+    spans, (cstring,) = stamp_layout(MLX, a)
+    outside = [
+        i for i in range(len(a)) if a[i] != b[i] and not any(s <= i < s + n for s, n in spans)
+    ]
+    assert outside and all(cstring[0] <= i < cstring[0] + cstring[1] for i in outside)
+    start = a.rfind(b"\0", 0, outside[0]) + 1
+    assert all(i < a.index(b"\0", start) for i in outside)
+    assert (
+        b"cpython-310" in a[start : outside[-1] + 4]
+        and b"cpython-312" in b[start : outside[-1] + 4]
+    )
+    assert check_signature(a) == check_signature(b) == []
+    stamped_only = []
+    for name in sorted(n for n in left.namelist() if n.endswith(".dylib") and n.startswith(LIB)):
+        x, y = left.read(name), right.read(name)
+        if x != y and same_but_spans(x, y, stamped_spans(name, x), stamped_spans(name, y)):
+            stamped_only.append(name)
+    assert len(stamped_only) == 7 and MLX not in stamped_only
+
+
+def _flip_code_byte(data: bytes) -> bytes:
+    """One byte of __TEXT,__text changed (the signature is not redone: it is set aside)."""
+    import lief
+
+    binary = lief.MachO.parse(data).at(0)
+    text = binary.get_section("__TEXT", "__text")
+    changed = bytearray(data)
+    changed[text.offset + text.size // 2] ^= 0xFF
+    return bytes(changed)
+
+
+def _change_another_string(data: bytes) -> bytes:
+    """One letter of a __cstring string other than the build path upper-cased."""
+    _, ((start, size),) = stamp_layout(MLX, data)
+    section = data[start : start + size]
+    found = re.search(rb"\0([a-z][a-z ]{8,})\0", section)
+    assert found is not None and b"cpython" not in found.group(1)
+    changed = bytearray(data)
+    changed[start + found.start(1)] ^= 0x20
+    return bytes(changed)
+
+
+@pytest.mark.parametrize(
+    ("member", "tamper", "why"),
+    [
+        (f"{LIB}libexecutorch.dylib", _flip_code_byte, "is outside its read-only string sections"),
+        (MLX, _change_another_string, "differs beyond the Python build it names"),
+    ],
+    ids=["code-byte", "another-string"],
+)
+def test_any_other_difference_is_refused_and_nothing_written(
+    wheels: list[Path], tmp_path: Path, member: str, tamper: object, why: str
+) -> None:
+    """cp312 tampered (RECORD kept valid): plan and the conda and wheel builds refuse naming
+    the file and both wheels, exit 11; the working directory stays empty."""
+    assert callable(tamper)
+    changed = tmp_path / "wheels" / wheels[2].name
+    changed.parent.mkdir()
+    shutil.copyfile(wheels[2], changed)
+    with zipfile.ZipFile(changed) as archive:
+        replace_member(changed, member, tamper(archive.read(member)))
+    with pytest.raises(ReleaseError) as raised:
+        make_release([wheels[0], wheels[1], changed], load_recipe())
+    message = str(raised.value)
+    assert f"beyond its LC_UUID and code signature: {member}; " in message
+    assert f"wheels {wheels[0].name} and {changed.name}" in message
+    assert why in message
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    for command in (
+        ("plan",),
+        ("build", "-t", "conda", "-o", "out"),
+        ("build", "-t", "wheel", "-o", "out"),
+    ):
+        result = run_splitter(*command, str(wheels[0]), str(wheels[1]), str(changed), cwd=cwd)
+        assert result.returncode == ReleaseError.exit_code, result.stderr
+        assert member in result.stderr and wheels[0].name in result.stderr, result.stderr
+        assert sorted(cwd.iterdir()) == []
