@@ -4,6 +4,7 @@ refused, naming the file and both wheels, with nothing written."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import zipfile
@@ -146,3 +147,31 @@ def test_any_other_difference_is_refused_and_nothing_written(
         assert result.returncode == ReleaseError.exit_code, result.stderr
         assert member in result.stderr and wheels[0].name in result.stderr, result.stderr
         assert sorted(cwd.iterdir()) == []
+
+
+def test_plan_of_every_platform_is_the_fifteen_wheels() -> None:
+    """`--python all --platform all` is cp310-cp314 on linux-64, linux-aarch64 and osx-arm64:
+    15 wheels, each platform's shared packages from its cp310 wheel; the matrix names each
+    stamped file and what was set aside in it (MLX's build path, once per macOS wheel)."""
+    request = ("--python", "all", "--platform", "all", "executorch==1.5.1")
+    result = run_splitter("plan", "--json", *request)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert len(data["inputs"]) == 15
+    platforms = {p["subdir"]: p for p in data["platforms"]}
+    assert sorted(platforms) == ["linux-64", "linux-aarch64", "osx-arm64"]
+    for subdir, platform in platforms.items():
+        assert platform["pythons"] == ["3.10", "3.11", "3.12", "3.13", "3.14"], subdir
+        assert "-cp310-cp310-" in platform["shared_from"]
+    stamped = {subdir: p["stamped"] for subdir, p in platforms.items()}
+    assert [len(stamped[s]) for s in sorted(stamped)] == [7, 6, 8]
+    (mlx,) = [f for f in stamped["osx-arm64"] if f["strings"]]
+    assert mlx["path"] == MLX and len(mlx["strings"]) == 5
+    assert [s["wheel"].split("-")[2] for s in mlx["strings"]] == [
+        f"cp3{minor}" for minor in range(10, 15)
+    ]
+    assert all(s["strings"] == [] for p in ("linux-64", "linux-aarch64") for s in stamped[p])
+    shown = run_splitter("plan", *request)
+    assert shown.returncode == 0, shown.stderr
+    assert "executorch 1.5.1: 15 wheels, 3 platform(s)" in shown.stdout
+    assert f"{MLX}: the same but for its LC_UUID and code signature and strings" in shown.stdout

@@ -114,6 +114,13 @@ REFUSED = [
         id="deb-for-macos",
     ),
     pytest.param(
+        ("build", "--target", "deb", "--platform", "all", "--python", "3.12"),
+        r"--target deb packages Linux wheels only, and --platform all names linux-64, "
+        r"linux-aarch64, osx-arm64: osx-arm64 has no deb\nname the Linux platforms: "
+        r"--platform linux-64,linux-aarch64",
+        id="deb-for-all-platforms",
+    ),
+    pytest.param(
         ("build", "--target", "rpm", MAC),
         rf"--target rpm packages Linux .*: {MAC}\n",
         id="rpm-of-a-macos-wheel",
@@ -175,7 +182,7 @@ def test_refused_before_anything_is_fetched(
 @pytest.mark.parametrize(
     ("specs", "pythons", "platforms", "target"),
     [
-        pytest.param([], "3.11", "all", "deb", id="one-python-two-platforms"),
+        pytest.param([], "3.11", "linux-64,linux-aarch64", "deb", id="one-python-two-platforms"),
         pytest.param(
             [X86.format(cp="cp311"), ARM.format(cp="cp311")],
             None,
@@ -213,7 +220,9 @@ def test_requested_wheels_count_as_the_fetch_does() -> None:
     even named through --python, is not a release."""
     assert len(requested_wheels([], None, None)) == 1
     assert len(requested_wheels(["executorch==1.5.1"], "3.12", None)) == 1
-    assert len(requested_wheels([], "all", "all")) == 10
+    every = requested_wheels([], "all", "all")  # cp310-cp314 on each platform, macOS too
+    assert len(every) == 15
+    assert sorted({w.subdir for w in every}) == ["linux-64", "linux-aarch64", "osx-arm64"]
     both = requested_wheels([X86.format(cp="cp312"), "executorch==1.5.1"], "3.10,3.11", "linux-64")
     assert [(w.python, w.subdir) for w in both] == [
         ("3.12", "linux-64"),

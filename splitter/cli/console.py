@@ -27,7 +27,6 @@ from splitter.model import Plan
 from splitter.plan.make import make_plan
 from splitter.plan.recipe import load_recipe
 from splitter.plan.release import (
-    BUILD_STRINGS,
     Release,
     ReleasePlanning,
     link_stamps,
@@ -195,8 +194,7 @@ def show_release(release: Release) -> None:
             )
         )
         for stamped in group.stamped:
-            if stamped.strings:
-                out.print(f"  {stamped.path}: also set aside, {BUILD_STRINGS}:")
+            out.print(f"  {stamped.path}: the same but for its {stamped.set_aside}")
             for string in stamped.strings:
                 out.print(
                     f"    {string.wheel} at {string.offset:#x}: {string.text}", soft_wrap=True

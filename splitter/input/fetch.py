@@ -37,16 +37,15 @@ def cache_dir() -> Path:
 
 
 # What `--python all` and `--platform all` mean: the CPython versions and platforms whose
-# wheels splitter splits as one release. osx-arm64 is split when named, but is not in `all`:
-# 1.5.1's macOS runtime differs per Python (libexecutorch_backend_mlx.dylib embeds a build
-# path), so the release check refuses to share it.
+# wheels splitter splits as one release, every platform the recipe's rules split (manylinux
+# and macosx). deb and rpm are Linux-only: request.py refuses them with `all` before fetching.
 ALL_PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
 PLATFORMS = {
     "linux-64": "manylinux_2_28_x86_64",
     "linux-aarch64": "manylinux_2_28_aarch64",
     "osx-arm64": "macosx_14_0_arm64",
 }
-ALL_PLATFORMS = ("linux-64", "linux-aarch64")
+ALL_PLATFORMS = tuple(PLATFORMS)
 
 
 @dataclass(frozen=True, slots=True)

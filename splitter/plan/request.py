@@ -13,7 +13,13 @@ from pathlib import Path
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from splitter.errors import UsageError
-from splitter.input.fetch import PLATFORMS, is_wheel_path, machine_subdir, requested_targets
+from splitter.input.fetch import (
+    ALL_PLATFORMS,
+    PLATFORMS,
+    is_wheel_path,
+    machine_subdir,
+    requested_targets,
+)
 from splitter.model import CondaBackend
 from splitter.plan.facts import linux_only, subdir_of_tag
 
@@ -88,6 +94,8 @@ def check_build_request(
         return
     for wheel in wheels:
         if wheel.subdir and not wheel.subdir.startswith("linux-"):  # osx-arm64
+            if platforms == "all":
+                raise all_platforms_linux_only(target)
             raise linux_only(target, wheel.tag, wheel.describe())
     by_subdir: dict[str, list[str]] = {}
     for wheel in wheels:
@@ -128,6 +136,16 @@ def several_pythons(target: str, subdir: str, pythons: Sequence[str]) -> UsageEr
         f"--target {target} builds for one Python per platform (the distribution's "
         f"python3), not {len(pythons)} ({', '.join(pythons)}) for {subdir}\n"
         f"give one --python (your distribution's, e.g. --python 3.11)"
+    )
+
+
+def all_platforms_linux_only(target: str) -> UsageError:
+    """The refusal of a deb or rpm of `--platform all`, which names macOS too."""
+    linux = ",".join(p for p in ALL_PLATFORMS if p.startswith("linux-"))
+    return UsageError(
+        f"--target {target} packages Linux wheels only, and --platform all names "
+        f"{', '.join(ALL_PLATFORMS)}: osx-arm64 has no {target}\n"
+        f"name the Linux platforms: --platform {linux}"
     )
 
 
