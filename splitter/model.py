@@ -183,6 +183,17 @@ class ExclusivePair:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Together:
+    """Files the recipe says travel together: one package, one directory in every layout (one
+    finds the other beside it at run time)."""
+
+    files: tuple[str, ...]  # wheel paths, at least two
+    reason: str
+    line: int
+    platforms: tuple[str, ...] = ()  # platform-tag globs where the rule applies; empty: all
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Recipe:
     """A validated recipe."""
 
@@ -202,6 +213,7 @@ class Recipe:
     rpm: Distro | None = None  # [rpm] of the recipe; None when it has none
     # globs over absolute install names the OS provides (macOS: /usr/lib, /System frameworks)
     system_paths: tuple[str, ...] = ()
+    together: tuple[Together, ...] = ()
 
     def is_system(self, name: str) -> bool:
         """Whether the platform provides the library a binary loads as `name`."""

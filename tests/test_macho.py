@@ -530,6 +530,9 @@ def test_verify_runs_what_linux_can_and_says_the_rest_needs_macos(macos_channel:
     kernels = {r["subject"]: r for r in rows["kernels"]}
     assert kernels["libexecutorch_kernels_quantized.dylib"]["expected"].startswith("19 ")
     assert {r["status"] for r in rows["cmake (Darwin, no compiler)"]} == {"pass"}
+    (together,) = rows["together"]  # the recipe's [[together]]: mlx.metallib beside MLX
+    assert together["subject"] == "libexecutorch_backend_mlx.dylib + mlx.metallib"
+    assert together["status"] == "pass"
     for name in ("co-load", "model (C++)", "relocation", "model (Python)"):
         (row,) = rows[name]
         assert row["status"] == "skip" and row["detail"].startswith("needs macOS")

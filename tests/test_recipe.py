@@ -56,6 +56,14 @@ ETDUMP = (
 )
 EXCLUDE = 'exclude = ["executorch/lib/libexecutorch_kernels_quantized.so*"]'
 EXCLUDES = EXCLUDE.replace("exclude =", "excludes =")
+TOGETHER_FILES = (
+    'files = ["executorch/lib/libexecutorch_backend_mlx.dylib", "executorch/lib/mlx.metallib"]'
+)
+TOGETHER_REASON = next(
+    line + "\n"
+    for line in SHIPPED.read_text().splitlines()
+    if line.startswith('reason = "MLX loads')
+)
 SECOND = 'second = "executorch/lib/libexecutorch_kernels_quantized.so"\n'
 # (case id, shipped text, its replacement, key path of the unknown key, start of its line)
 UNKNOWN_KEYS = [
@@ -98,6 +106,7 @@ UNKNOWN_KEYS = [
         "channel",
     ),
     ("exclusive", SECOND, f'{SECOND}third = "x"\n', "process_exclusive[0].third", "third ="),
+    ("together", TOGETHER_FILES, f"{TOGETHER_FILES}\nfile = 1", "together[0].file", "file ="),
 ]
 CASES = [
     pytest.param(
@@ -291,6 +300,33 @@ CASES = [
             at=lambda t: line_of(t, "schema ="),
         ),
         id="schema-not-an-int",
+    ),
+    pytest.param(
+        BadRecipe(
+            change=edit(TOGETHER_FILES, 'files = ["executorch/lib/mlx.metallib"]'),
+            what="files that travel together are at least two distinct paths",
+            key="together[0].files",
+            at=lambda t: line_of(t, 'files = ["executorch/lib/mlx.metallib"]'),
+        ),
+        id="together-one-file",
+    ),
+    pytest.param(
+        BadRecipe(
+            change=edit(TOGETHER_FILES, 'files = ["executorch/lib/*.dylib", "executorch/lib/x"]'),
+            what="not a file's path in the wheel (no globs, no directories): 'executorch/lib/*",
+            key="together[0].files",
+            at=lambda t: line_of(t, 'files = ["executorch/lib/*.dylib"'),
+        ),
+        id="together-glob",
+    ),
+    pytest.param(
+        BadRecipe(
+            change=edit(TOGETHER_REASON, ""),
+            what="missing required key 'reason'",
+            key="together[0].reason",
+            at=lambda t: line_of(t, "[[together]]"),
+        ),
+        id="together-without-reason",
     ),
 ]
 

@@ -1,12 +1,14 @@
-"""Where each wheel file lands in an installed FHS layout (the tree and conda targets)."""
+"""Where each wheel file lands in an installed FHS layout (the tree and conda targets), and
+the recipe's rule that some files travel together (check_together)."""
 
 from __future__ import annotations
 
+import fnmatch
 import posixpath
 from dataclasses import dataclass
 
-from splitter.errors import UsageError
-from splitter.model import WheelInfo
+from splitter.errors import RecipeError, UsageError
+from splitter.model import Recipe, WheelInfo
 
 LIB = "executorch/lib/"
 INCLUDE = "executorch/include/"
@@ -83,3 +85,57 @@ def install_path(path: str, layout: Layout, dist_info: str) -> str | None:
             return None  # a distro install is not pip-managed; pip must not uninstall it
         return f"{layout.sitedir}/{path}"
     return f"{layout.sitedir}/{path}"
+
+
+# The installed layouts the targets write, by their library directory: conda and tree (lib),
+# Debian (multiarch), RPM (lib64); the wheel keeps the wheel's own paths.
+CHECKED_LAYOUTS = {
+    "conda and tree": Layout(prefix="/", sitedir="lib/python3/site-packages"),
+    "deb": Layout(
+        prefix="/usr", libdir="lib/x86_64-linux-gnu", sitedir="lib/python3/dist-packages"
+    ),
+    "rpm": Layout(prefix="/usr", libdir="lib64", sitedir="lib64/python3/site-packages"),
+}
+
+
+def check_together(wheel: WheelInfo, recipe: Recipe, owners: dict[str, tuple[str, int]]) -> None:
+    """Each [[together]] group of the recipe that applies to the wheel's platform: all its files
+    in the wheel or none, in one package, and in one directory in every layout (the wheel's
+    own paths and CHECKED_LAYOUTS); a RecipeError names the group's line and the files."""
+    present = {e.path for e in wheel.entries}
+    for group in recipe.together:
+        if group.platforms and not any(
+            fnmatch.fnmatchcase(wheel.platform_tag, p) for p in group.platforms
+        ):
+            continue
+        where = f"(together, {recipe.path}:{group.line})"
+        found = [f for f in group.files if f in present]
+        if not found:
+            continue
+        if len(found) != len(group.files):
+            missing = [f for f in group.files if f not in present]
+            raise RecipeError(
+                f"files that travel together are not all in {wheel.filename} {where}: "
+                f"{', '.join(missing)} missing beside {', '.join(found)}\n"
+                f"they travel together because {group.reason}"
+            )
+        packages = sorted({owners[f][0] for f in group.files})
+        if len(packages) > 1:
+            raise RecipeError(
+                f"files that travel together are split between packages {where}: "
+                + ", ".join(f"{f} in {owners[f][0]}" for f in group.files)
+                + "\nput them in one package's rule"
+            )
+        layouts = {"wheel": {f: f for f in group.files}}
+        for name, layout in CHECKED_LAYOUTS.items():
+            layouts[name] = {
+                f: install_path(f, layout, wheel.dist_info) or "(regenerated)" for f in group.files
+            }
+        for name, places in layouts.items():
+            if len({posixpath.dirname(p) for p in places.values()}) > 1:
+                raise RecipeError(
+                    f"files that travel together land in different directories of the {name} "
+                    f"layout {where}: "
+                    + ", ".join(f"{f} -> {p}" for f, p in places.items())
+                    + f"\nthey travel together because {group.reason}"
+                )

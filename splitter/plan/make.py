@@ -31,7 +31,7 @@ from splitter.model import (
 )
 from splitter.plan.exclusive import check_verdicts_against_depends, judge_exclusive
 from splitter.plan.facts import conda_requirements, decide_platform
-from splitter.plan.layout import LIB
+from splitter.plan.layout import LIB, check_together
 from splitter.plan.selector import Selector
 
 Progress = Callable[[str, int, int], None]
@@ -74,6 +74,7 @@ def make_plan(
     platform = decide_platform(wheel)
     conda_requires = conda_requirements(wheel, recipe, platform)
     owners = assign_owners(wheel, recipe)
+    check_together(wheel, recipe, owners)
     check_components(wheel, recipe)
     by_path = {b.path: b for b in binaries}
     provider = providers(binaries)

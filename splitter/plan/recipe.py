@@ -21,6 +21,7 @@ from splitter.model import (
     PackageSpec,
     Recipe,
     Rule,
+    Together,
 )
 from splitter.plan.recipetext import Source, check_keys, not_toml
 
@@ -227,6 +228,7 @@ def _build(source: Source, doc: dict[str, Any]) -> Recipe:
         )
 
     return Recipe(
+        together=_together(source, doc),
         path=source.path,
         project=project,
         default_version=default_version,
@@ -243,6 +245,37 @@ def _build(source: Source, doc: dict[str, Any]) -> Recipe:
         rpm=_distro(source, doc, "rpm", "release", names),
         system_paths=_strings(source, system.get("paths", []), "system.paths"),
     )
+
+
+def _together(source: Source, doc: dict[str, Any]) -> tuple[Together, ...]:
+    """[[together]]: groups of at least two distinct wheel paths (no globs), with a reason."""
+    groups = []
+    for index, table in enumerate(_typed(source, doc.get("together", []), list, "together")):
+        where = f"together[{index}]"
+        _typed(source, table, dict, where)
+        files = _strings(source, _get(source, table, "files", list, where), f"{where}.files")
+        if len(set(files)) < 2 or len(set(files)) != len(files):
+            raise source.error(
+                f"{where}.files",
+                f"files that travel together are at least two distinct paths: {list(files)}",
+                "list each file once, and at least two",
+            )
+        for item in files:
+            if any(c in item for c in "*?[") or item.startswith("/") or item.endswith("/"):
+                raise source.error(
+                    f"{where}.files",
+                    f"not a file's path in the wheel (no globs, no directories): {item!r}",
+                    "name each file as the wheel holds it, e.g. executorch/lib/mlx.metallib",
+                )
+        groups.append(
+            Together(
+                files=files,
+                reason=_get(source, table, "reason", str, where),
+                line=source.line(where),
+                platforms=_strings(source, table.get("platforms", []), f"{where}.platforms"),
+            )
+        )
+    return tuple(groups)
 
 
 def _distro(

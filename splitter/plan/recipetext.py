@@ -77,6 +77,7 @@ _KEYS: dict[str, tuple[str, frozenset[str]]] = {
     "deb": ("table", frozenset({"revision", "maintainer", "names", "system"})),
     "rpm": ("table", frozenset({"release", "maintainer", "names", "system"})),
     "process_exclusive": ("array", frozenset({"first", "second", "reason", "platforms"})),
+    "together": ("array", frozenset({"files", "reason", "platforms"})),
 }
 
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 import re
 import subprocess
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from splitter.binaries.codesign import signature_problems
 from splitter.binaries.macho import analyse_macho, is_macho
 from splitter.binaries.resolve import find_unresolved
+from splitter.model import Recipe
 from splitter.plan.recipe import load_recipe
 from splitter.verify.consumer import cmake_version
 from splitter.verify.install import Installed
@@ -61,6 +62,7 @@ def macos_checks(full: Installed, cmakes: list[Path]) -> list[tuple[str, str, st
         )
     )
     rows += _kernel_rows(full, machos)
+    rows += together_rows(files, recipe)
     components = "kernels_quantized" if full.quantized in full.packages else "runtime"
     for cmake in cmakes:
         version = ".".join(map(str, cmake_version(cmake)))
@@ -82,6 +84,43 @@ def macos_checks(full: Installed, cmakes: list[Path]) -> list[tuple[str, str, st
                 f"find_package(executorch COMPONENTS {components}) configures",
                 "" if result.returncode == 0 else tail,
                 result.returncode == 0,
+            )
+        )
+    return rows
+
+
+def together_rows(files: dict[str, Path], recipe: Recipe) -> list[tuple[str, str, str, str, bool]]:
+    """Each [[together]] group of the recipe whose files the output installs: all of them, in
+    one directory (MLX finds mlx.metallib beside its library; its compiled-in fallback is a
+    build directory of the wheel's Python). A group none of whose files is installed (another
+    platform's) has no row."""
+    rows = []
+    for group in recipe.together:
+        names = [PurePosixPath(f).name for f in group.files]
+        places = {
+            name: sorted(
+                str(PurePosixPath(rel).parent) for rel in files if PurePosixPath(rel).name == name
+            )
+            for name in names
+        }
+        if not any(places.values()):
+            continue
+        directories = {d for found in places.values() for d in found}
+        passed = (
+            all(places.values())
+            and len(directories) == 1
+            and all(len(p) == 1 for p in places.values())
+        )
+        detail = "; ".join(
+            f"{name} in {', '.join(found) or 'no directory'}" for name, found in places.items()
+        )
+        rows.append(
+            (
+                "together",
+                " + ".join(names),
+                "installed in one directory",
+                "" if passed else detail,
+                passed,
             )
         )
     return rows
