@@ -4,6 +4,7 @@ refused, naming the file and both wheels, with nothing written."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -175,3 +176,34 @@ def test_plan_of_every_platform_is_the_fifteen_wheels() -> None:
     assert shown.returncode == 0, shown.stderr
     assert "executorch 1.5.1: 15 wheels, 3 platform(s)" in shown.stdout
     assert f"{MLX}: the same but for its LC_UUID and code signature and strings" in shown.stdout
+
+
+def test_the_runtime_wheel_names_what_was_set_aside(wheels: list[Path], tmp_path: Path) -> None:
+    """`--target wheel` of the three: one runtime and one kernels-quantized wheel, three
+    exports; the runtime's METADATA names every wheel with its sha256, each stamped file, and
+    MLX's build-path string per wheel; its MLX dylib is the cp310 wheel's, byte for byte."""
+    out = tmp_path / "wheels"
+    result = run_splitter("build", "-q", "-t", "wheel", *map(str, wheels), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    built = sorted(p.name for p in out.glob("*.whl"))
+    assert [n.split("-")[0] for n in built] == ["executorch_export"] * 3 + [
+        "executorch_kernels_quantized",
+        "executorch_runtime",
+    ]
+    (runtime,) = out.glob("executorch_runtime-*.whl")
+    with zipfile.ZipFile(runtime) as archive:
+        text = archive.read("executorch_runtime-1.5.1.dist-info/METADATA").decode()
+        shipped = archive.read(MLX)
+    assert shipped == zipfile.ZipFile(wheels[0]).read(MLX)
+    for wheel in wheels:
+        digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        assert f"- {wheel.name} (sha256 {digest})" in text
+        cp = wheel.name.split("-")[2].removeprefix("cp")
+        assert f"  - {wheel.name} at 0x" in text and f"-cpython-{cp}/cmake-out/" in text
+    assert f"- {MLX}: its LC_UUID and code signature and strings naming each" in text
+    assert f"- {LIB}libexecutorch_etdump.dylib: its LC_UUID and code signature\n" in text
+    (quantized,) = out.glob("executorch_kernels_quantized-*.whl")
+    with zipfile.ZipFile(quantized) as archive:
+        text = archive.read("executorch_kernels_quantized-1.5.1.dist-info/METADATA").decode()
+    assert "libexecutorch_kernels_quantized.dylib: its LC_UUID and code signature\n" in text
+    assert "cpython-3" not in text

@@ -365,3 +365,30 @@ def link_stamps(platform: Platform) -> str:
     aside when it compares them: said in the shared packages' descriptions, so a macOS
     package does not claim its files differ only in an ELF note."""
     return MACHO_STAMPS if platform.macos else ELF_STAMPS
+
+
+def release_note(group: PlatformGroup, package: PackagePlan) -> str:
+    """What a shared package of a release says it stands for, in every target's metadata
+    (wheel METADATA, conda about.json): each wheel of its platform with its sha256, and each of
+    its files the release compared with something set aside, with what (the strings it set
+    aside, per wheel)."""
+    files = set(package.files)
+    mine = [f for f in group.stamped if f.path in files]
+    strings = (
+        ", and in one file strings naming each wheel's Python build"
+        if any(f.strings for f in mine)
+        else ""
+    )
+    listed = "".join(f"\n- {name} (sha256 {sha})" for name, sha in group.inputs)
+    text = (
+        "Its files are the same in every wheel of the release (binaries but for their "
+        f"{link_stamps(group.source.platform)}{strings}), which were:{listed}\n"
+    )
+    if mine:
+        source = group.source.wheel.filename
+        text += f"What differs, and was set aside (this package holds {source}'s copy):"
+        for stamped in mine:
+            text += f"\n- {stamped.path}: its {stamped.set_aside}"
+            text += "".join(f"\n  - {s.wheel} at {s.offset:#x}: {s.text}" for s in stamped.strings)
+        text += "\n"
+    return text

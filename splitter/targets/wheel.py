@@ -24,7 +24,7 @@ from splitter.input.wheel import record_hash
 from splitter.manifest import Artifact
 from splitter.model import PackagePlan, Plan
 from splitter.plan.layout import UPSTREAM_CMAKE
-from splitter.plan.release import ReleasePlanning, link_stamps, planned
+from splitter.plan.release import PlatformGroup, ReleasePlanning, planned, release_note
 from splitter.plan.report import exclusivity_record
 from splitter.targets.builder import Target, artifact, build_output, single
 from splitter.targets.generated.cmake import CMakeLayout
@@ -77,8 +77,8 @@ class WheelBuilder:
         for group in checked.groups:
             for plan in group.plans:
                 packages = group.packaged_from(plan)
-                inputs = group.inputs if plan is group.source and not one else ()
-                written += _write_packages(plan, packages, build, progress, self.guard, inputs)
+                shared = group if plan is group.source and not one else None
+                written += _write_packages(plan, packages, build, progress, self.guard, shared)
         return written
 
 
@@ -88,7 +88,7 @@ def _write_packages(
     build: Path,
     progress: Progress | None,
     guard: bool,
-    inputs: tuple[tuple[str, str], ...] = (),
+    group: PlatformGroup | None = None,
 ) -> list[Artifact]:
     written = []
     guarded = guard_files(plan) if guard else ({}, {})
@@ -97,7 +97,7 @@ def _write_packages(
             if progress is not None:
                 progress(f"wheel {package.name}", index, len(packages))
             files = package_files(plan, package, source, guarded)
-            path = write_wheel(plan, package, files, source, build, inputs)
+            path = write_wheel(plan, package, files, source, build, group)
             written.append(artifact(path.name, plan, package))
     return written
 
@@ -136,17 +136,14 @@ def package_files(
     return files
 
 
-def description(plan: Plan, package: PackagePlan, inputs: tuple[tuple[str, str], ...] = ()) -> str:
-    """Where the package comes from (with `inputs`, every wheel of the release it stands for),
+def description(plan: Plan, package: PackagePlan, group: PlatformGroup | None = None) -> str:
+    """Where the package comes from (with the release's `group`, every wheel it stands for
+    and what was set aside: release_note),
     and which requirements the recipe's [externals] add that the input wheel's own
     Requires-Dist does not name (executorch 1.5.1 omits torch)."""
     text = f"{package.summary}.\n\n{split_from(plan)}"
-    if inputs:
-        listed = "".join(f"\n- {name} (sha256 {sha})" for name, sha in inputs)
-        text += (
-            " Its files are the same in every wheel of the release (binaries but for their "
-            f"{link_stamps(plan.platform)}), which were:{listed}\n"
-        )
+    if group is not None and package.name in group.shared_packages:
+        text += " " + release_note(group, package)
     named = {canonicalize_name(Requirement(r).name) for r in plan.wheel.requires_dist}
     added = [e.pip for e in package.externals if canonicalize_name(e.name) not in named]
     if added:
@@ -157,7 +154,7 @@ def description(plan: Plan, package: PackagePlan, inputs: tuple[tuple[str, str],
     return text + "\n"
 
 
-def metadata(plan: Plan, package: PackagePlan, inputs: tuple[tuple[str, str], ...] = ()) -> bytes:
+def metadata(plan: Plan, package: PackagePlan, group: PlatformGroup | None = None) -> bytes:
     """METADATA written with packaging's own tooling."""
     requires = [f"{d.name}=={d.version}" for d in package.depends]
     requires += [d.pip for d in package.externals]
@@ -166,7 +163,7 @@ def metadata(plan: Plan, package: PackagePlan, inputs: tuple[tuple[str, str], ..
         "name": package.name,
         "version": package.version,
         "summary": package.summary,
-        "description": description(plan, package, inputs),
+        "description": description(plan, package, group),
         "description_content_type": "text/plain",
         "license_expression": plan.wheel.license,
         "license_files": [name.rsplit("/", 1)[-1] for name in plan.wheel.license_files],
@@ -191,7 +188,7 @@ def write_wheel(
     files: dict[str, tuple[bytes, bool]],
     source: Payload,
     directory: Path,
-    inputs: tuple[tuple[str, str], ...] = (),
+    group: PlatformGroup | None = None,
 ) -> Path:
     """A reproducible wheel: sorted entries, fixed timestamps and modes, RECORD last."""
     tag = wheel_tag(plan, package)
@@ -206,7 +203,7 @@ def write_wheel(
         licenses[f"{dist_info}/top_level.txt"] = (source.read(top_level), False)
     meta = {
         **licenses,
-        f"{dist_info}/METADATA": (metadata(plan, package, inputs), False),
+        f"{dist_info}/METADATA": (metadata(plan, package, group), False),
         f"{dist_info}/WHEEL": (
             "Wheel-Version: 1.0\nGenerator: splitter\nRoot-Is-Purelib: false\n"
             f"Tag: {tag}\n".encode(),
