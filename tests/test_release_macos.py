@@ -19,6 +19,7 @@ from splitter.binaries.macho import stamp_layout, stamped_spans
 from splitter.errors import ReleaseError
 from splitter.plan.recipe import load_recipe
 from splitter.plan.release import Release, make_release
+from splitter.verify.install import conda_info_file
 
 pytestmark = pytest.mark.integration
 
@@ -207,3 +208,53 @@ def test_the_runtime_wheel_names_what_was_set_aside(wheels: list[Path], tmp_path
         text = archive.read("executorch_kernels_quantized-1.5.1.dist-info/METADATA").decode()
     assert "libexecutorch_kernels_quantized.dylib: its LC_UUID and code signature\n" in text
     assert "cpython-3" not in text
+
+
+SUBDIRS = ("linux-64", "linux-aarch64", "osx-arm64")
+SHARED = ("executorch-kernels-quantized", "executorch-runtime")
+
+
+@pytest.fixture(scope="module")
+def channel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The conda channel of the 15 wheels, by one command (~30 s with the wheels cached)."""
+    out = tmp_path_factory.mktemp("release15") / "channel"
+    request = ("--python", "all", "--platform", "all", "executorch==1.5.1")
+    result = run_splitter("build", "-q", "-t", "conda", *request, "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def test_the_channel_of_fifteen_wheels(channel: Path) -> None:
+    """Each subdir: one runtime, one kernels-quantized and five exports pinning exactly that
+    subdir's shared builds; repodata per subdir; the osx-arm64 runtime holds mlx.metallib
+    beside libexecutorch_backend_mlx.dylib."""
+    for subdir in SUBDIRS:
+        records = json.loads((channel / subdir / "repodata.json").read_text())["packages.conda"]
+        names = sorted(r["name"] for r in records.values())
+        assert names == ["executorch-export"] * 5 + list(SHARED), subdir
+        pins = {
+            f"{r['name']} =={r['version']} {r['build']}"
+            for r in records.values()
+            if r["name"] in SHARED
+        }
+        exports = [r for r in records.values() if r["name"] == "executorch-export"]
+        assert all(pins <= set(r["depends"]) for r in exports), subdir
+        assert sorted(r["build"][:5] for r in exports) == [f"py3{m}" for m in range(10, 15)]
+    (runtime,) = (channel / "osx-arm64").glob("executorch-runtime-*.conda")
+    paths = [p["_path"] for p in json.loads(conda_info_file(runtime, "info/paths.json"))["paths"]]
+    assert "lib/libexecutorch_backend_mlx.dylib" in paths and "lib/mlx.metallib" in paths
+
+
+def test_verify_and_doctor_accept_the_fifteen_wheel_channel(channel: Path) -> None:
+    """verify checks this machine's exports it has a CPython for and lists the rest as skipped;
+    doctor --output diagnoses an environment per export of every subdir; both exit 0."""
+    verified = run_splitter("verify", str(channel), "--json")
+    assert verified.returncode == 0, verified.stderr
+    report = json.loads(verified.stdout)
+    assert report["ok"] is True
+    skipped = [r["subject"] for r in report["checks"] if r["check"] == "release"]
+    assert len(skipped) == 14 and sum("osx-arm64" in s or "macosx" in s for s in skipped) == 5
+    doctor = run_splitter("doctor", "--output", str(channel), "--json")
+    assert doctor.returncode == 0, doctor.stderr
+    environments = json.loads(doctor.stdout)["environments"]
+    assert len(environments) == 15
