@@ -18,6 +18,7 @@ from splitter.errors import UsageError
 from splitter.input.fetch import machine_subdir
 from splitter.manifest import check_artifacts, read_manifest
 from splitter.model import Only
+from splitter.plan.facts import MACOS_SUBDIRS
 from splitter.verify.coload import Outcome, coload_items, coload_matrix
 from splitter.verify.consumer import (
     build_consumer,
@@ -68,6 +69,12 @@ def verify_release(
     checks: list[Check] = []
     for environment in environments:
         version = environment.python
+        if environment.subdir in MACOS_SUBDIRS.values() and environment.subdir != here:
+            # What runs for a macOS output anywhere: its static checks (signatures, dyld's
+            # resolution, kernels, files that travel together, CMake as Darwin), and rows
+            # saying the rest needs a Mac; no CPython of the export's version is needed.
+            checks += _verify(environment.source, environment.paths, [], cmakes, jobs, only)
+            continue
         if environment.subdir != here:
             reason = (
                 f"{environment.subdir} packages run on another machine "
