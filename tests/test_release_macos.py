@@ -264,3 +264,24 @@ def test_verify_and_doctor_accept_the_fifteen_wheel_channel(channel: Path) -> No
     assert doctor.returncode == 0, doctor.stderr
     environments = json.loads(doctor.stdout)["environments"]
     assert len(environments) == 15
+
+
+def test_the_runtime_tree_record_names_what_was_set_aside(
+    wheels: list[Path], tmp_path: Path
+) -> None:
+    """`--target tree` of the three: the runtime's .json says, under "release", every wheel
+    it stands for and each file set aside with MLX's strings per wheel (as plan --json does);
+    mlx.metallib sits beside the MLX dylib; an export's record has no "release"."""
+    out = tmp_path / "trees"
+    result = run_splitter("build", "-q", "-t", "tree", *map(str, wheels), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    record = json.loads((out / "osx-arm64" / "executorch-runtime.json").read_text())
+    release = record["release"]
+    assert [i["filename"] for i in release["inputs"]] == [w.name for w in wheels]
+    by_path = {f["path"]: f for f in release["set_aside"]}
+    assert len(by_path) == 7 and MLX in by_path  # the eighth is the quantized library's
+    assert [s["wheel"] for s in by_path[MLX]["strings"]] == [w.name for w in wheels]
+    installed = {Path(f["path"]).name: Path(f["path"]).parent for f in record["files"]}
+    assert installed["mlx.metallib"] == installed["libexecutorch_backend_mlx.dylib"]
+    export = json.loads((out / "osx-arm64" / "executorch-export-py311.json").read_text())
+    assert "release" not in export

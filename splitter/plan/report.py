@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from splitter.model import Dependency, PackagePlan, Plan, Verdict
-from splitter.plan.release import Release
+from splitter.plan.release import PlatformGroup, Release, StampedFile
 
 SCHEMA_VERSION = 1
 EXCLUSIVE_SCHEMA = "splitter.process-exclusive/1"  # the exclusivity record every target ships
@@ -137,18 +137,7 @@ def release_json(release: Release) -> dict[str, Any]:
                 "rule": "the wheel for the oldest Python",
                 "pythons": ["{}.{}".format(*p.platform.python) for p in group.plans],
                 "identical": "every file of the shared packages, but for the stamped ones",
-                "stamped": [
-                    {
-                        "path": f.path,
-                        "region": f.region,
-                        "wheels": list(f.wheels),
-                        "strings": [
-                            {"wheel": s.wheel, "offset": s.offset, "text": s.text}
-                            for s in f.strings
-                        ],
-                    }
-                    for f in group.stamped
-                ],
+                "stamped": [stamped_json(f) for f in group.stamped],
                 "packages": rows,
             }
         )
@@ -157,4 +146,28 @@ def release_json(release: Release) -> dict[str, Any]:
         "release": {"project": release.project, "version": release.version},
         "inputs": [{"filename": name, "sha256": sha} for name, sha in release.inputs],
         "platforms": platforms,
+    }
+
+
+def stamped_json(stamped: StampedFile) -> dict[str, Any]:
+    """A file a release compared with its stamps set aside: what, in which wheels, and the
+    build strings per wheel."""
+    return {
+        "path": stamped.path,
+        "region": stamped.region,
+        "wheels": list(stamped.wheels),
+        "strings": [
+            {"wheel": s.wheel, "offset": s.offset, "text": s.text} for s in stamped.strings
+        ],
+    }
+
+
+def shared_json(group: PlatformGroup, package: PackagePlan) -> dict[str, Any]:
+    """What a shared package of a release stands for, as data (release_note's facts): every
+    wheel of its platform with its sha256, and each of its files compared with something set
+    aside."""
+    files = set(package.files)
+    return {
+        "inputs": [{"filename": name, "sha256": sha} for name, sha in group.inputs],
+        "set_aside": [stamped_json(f) for f in group.stamped if f.path in files],
     }

@@ -11,8 +11,8 @@ from pathlib import Path
 from splitter.manifest import Artifact
 from splitter.model import Plan, Rpath
 from splitter.plan.layout import Layout, make_layout
-from splitter.plan.release import ReleasePlanning, planned
-from splitter.plan.report import dependency_json, verdict_json
+from splitter.plan.release import PlatformGroup, ReleasePlanning, planned
+from splitter.plan.report import dependency_json, shared_json, verdict_json
 from splitter.targets.builder import Target, artifact, build_output, single
 from splitter.targets.stage import Progress, Staged, StagedFile, own_directories, stage
 
@@ -54,7 +54,8 @@ class TreeBuilder:
                     for p in group.packaged_from(plan)
                 }
                 folder = build if one is not None else build / group.subdir
-                _write_trees(plan, folder, layout, self.rpath, progress, self.guard, names)
+                shared = group if one is None and plan is group.source else None
+                _write_trees(plan, folder, layout, self.rpath, progress, self.guard, names, shared)
                 written += [
                     artifact(str((folder / f"{names[p.name]}.json").relative_to(build)), plan, p)
                     for p in group.packaged_from(plan)
@@ -91,9 +92,11 @@ def _write_trees(
     progress: Progress | None,
     guard: bool,
     names: dict[str, str],
+    group: PlatformGroup | None = None,
 ) -> None:
     """Stage the packages in `names` under `build`, each as build/<its name>/<prefix> with
-    its file lists (the others are not written: splitter.targets.stage's `only`)."""
+    its file lists (the others are not written: splitter.targets.stage's `only`); a shared
+    package of a release (`group`) says in its .json what it stands for (shared_json)."""
     prefix = layout.prefix.strip("/")
     build.mkdir(parents=True, exist_ok=True)
     root_of = {name: build / names[name] / prefix for name in names}
@@ -104,9 +107,10 @@ def _write_trees(
         name, files = names[package.name], staged.packages[package.name]
         (build / f"{name}.install").write_text(install_list(files, prefix))
         (build / f"{name}.files").write_text(rpm_files(plan, staged, package.name))
-        (build / f"{name}.json").write_text(
-            json.dumps(manifest(plan, staged, package.name), indent=2) + "\n"
-        )
+        record = manifest(plan, staged, package.name)
+        if group is not None and package.name in group.shared_packages:
+            record["release"] = shared_json(group, package)
+        (build / f"{name}.json").write_text(json.dumps(record, indent=2) + "\n")
 
 
 def install_list(files: tuple[StagedFile, ...], prefix: str) -> str:
