@@ -3,8 +3,13 @@ differ, beyond their link stamps, only in read-only strings naming each wheel's 
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
 
+from splitter.binaries.elf import stamp_layout as elf_stamp_layout
 from splitter.binaries.stamps import BuildString, Spans, compare_strings, python_names
 
 CP310, CP311, CP312 = (3, 10), (3, 11), (3, 12)
@@ -119,3 +124,52 @@ def test_python_names_do_not_match_inside_a_longer_number() -> None:
         b"cpython-310",
         b"python3.10",
     ]
+
+
+SOURCE = 'const char *build_path(void) { return "/build/temp.linux-x86_64-%s/lib.a"; }\n'
+SOURCE_2 = 'const char *other(void) { return "%s"; }\n'
+
+
+def compile_library(directory: Path, source: str) -> bytes:
+    """A shared library built by the system C compiler, with a GNU build-id (sha1 of its
+    contents, so two builds that differ anywhere differ there too)."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler to build the ELF files")
+    directory.mkdir()
+    (directory / "lib.c").write_text(source)
+    output = directory / "lib.so"
+    command = [compiler, "-O2", "-fPIC", "-shared", "-Wl,--build-id=sha1", "-o", str(output)]
+    subprocess.run([*command, str(directory / "lib.c")], check=True, capture_output=True)
+    return output.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("mine", "theirs", "refused"),
+    [
+        (SOURCE % "cpython-310", SOURCE % "cpython-311", ""),
+        (SOURCE % "cpython-310", SOURCE % "cpython-312", "differs beyond the Python build"),
+        (SOURCE_2 % "a cpython-310 path", SOURCE_2 % "a cpython-311 patH", "differs beyond"),
+    ],
+    ids=["own-pythons", "a-third-python", "and-another-byte"],
+)
+def test_elf_rodata_strings(tmp_path: Path, mine: str, theirs: str, refused: str) -> None:
+    """Real ELF files from the system compiler: the build-id and a .rodata string naming each
+    build's Python set aside; the same string naming another Python, or a string changed
+    elsewhere too, refused."""
+    a = compile_library(tmp_path / "a", mine)
+    b = compile_library(tmp_path / "b", theirs)
+    layouts = (elf_stamp_layout("a", a), elf_stamp_layout("b", b))
+    assert layouts[0][0] and layouts[0][1]  # a build-id and a .rodata section
+    found = compare_strings(
+        a,
+        b,
+        spans=(layouts[0][0], layouts[1][0]),
+        sections=(layouts[0][1], layouts[1][1]),
+        pythons=(CP310, CP311),
+    )
+    assert refused in found.refused and bool(found.refused) == bool(refused), found.refused
+    if not refused:
+        (string,) = found.strings
+        assert string.mine == "/build/temp.linux-x86_64-cpython-310/lib.a"
+        assert string.theirs == "/build/temp.linux-x86_64-cpython-311/lib.a"

@@ -37,8 +37,9 @@ def cache_dir() -> Path:
 
 
 # What `--python all` and `--platform all` mean: the CPython versions and platforms whose
-# wheels splitter splits as one release, every platform the recipe's rules split (manylinux
-# and macosx). deb and rpm are Linux-only: request.py refuses them with `all` before fetching.
+# wheels splitter splits as one release: every platform it splits (the shipped recipe's rules
+# cover manylinux and macosx). deb and rpm are Linux-only: request.py refuses them with `all`
+# before anything is fetched.
 ALL_PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
 PLATFORMS = {
     "linux-64": "manylinux_2_28_x86_64",
