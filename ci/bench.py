@@ -2,11 +2,15 @@
 
 Usage: python ci/bench.py [WHEEL] [--repeat N] [--level L] [--skip-rattler] [--skip-synthetic]
                           [--only plan|conda|wheel|tree|deb|rpm|rattler|synthetic|release ...]
+                          [--compare SPLITTER]
 
 Each command runs in a fresh subprocess, alternating with its baseline; its wall time (best
 of N), its largest single-process RSS (wait4), the summed PSS of it and its worker processes,
 and the growth of /dev/shm (scratch on tmpfs) are printed beside the baseline, with the
-target. Nothing is asserted: these are figures for the notes, not tests.
+target. Nothing is asserted: these are figures for the notes, not tests. With --compare (another
+checkout's console script, e.g. /work/before/.venv/bin/splitter), the conda and release builds
+of that splitter run too, alternating with this one's and the baseline, and each row of this
+splitter gives its time and memory as a ratio of the other's.
   plan            vs listing the zip
   build conda     vs the floor (unzip, then one tar | zstd -L -T2 per package payload), and vs
                   rattler-build building the generated recipe at the same level
@@ -32,7 +36,7 @@ import tempfile
 import threading
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -200,11 +204,30 @@ def paired(
     first: Callable[[], Measure], second: Callable[[], Measure], repeat: int
 ) -> tuple[Measure, Measure]:
     """Alternate the two (a baseline and a command) so drifting load hits both alike."""
-    a, b = [], []
+    a, b = alternate([first, second], repeat)
+    return a, b
+
+
+def alternate(commands: Sequence[Callable[[], Measure]], repeat: int) -> list[Measure]:
+    """Run the commands in turn, `repeat` rounds, so drifting load hits all alike; the best of
+    each."""
+    runs: list[list[Measure]] = [[] for _ in commands]
     for _ in range(repeat):
-        a.append(first())
-        b.append(second())
-    return best(a), best(b)
+        for measures, command in zip(runs, commands, strict=True):
+            measures.append(command())
+    return [best(m) for m in runs]
+
+
+def compared(label: str, measured: Measure, other: Measure) -> None:
+    """One line: this splitter against the --compare one, measured in the same rounds."""
+    print(
+        f"{label:<40} {measured.seconds / other.seconds:5.2f}x time "
+        f"({measured.seconds:.2f} s vs {other.seconds:.2f} s), "
+        f"{measured.tree / other.tree:5.2f}x summed memory "
+        f"({measured.tree:.1f} MB vs {other.tree:.1f} MB), "
+        f"shm {measured.shm:.1f} MB vs {other.shm:.1f} MB",
+        flush=True,
+    )
 
 
 def row(
@@ -224,11 +247,13 @@ def row(
     print(f"{label:<40} {measured.seconds:6.2f} s  {memory}  {ratio:<32} {target}", flush=True)
 
 
-def build(wheel: str, target: str, level: int, scratch: str | None = None) -> Measure:
+def build(
+    wheel: str, target: str, level: int, scratch: str | None = None, splitter: str = SPLITTER
+) -> Measure:
     """One `splitter build` of a target into a fresh directory (scratch: $SPLITTER_SCRATCH)."""
     env = {**os.environ, "SPLITTER_SCRATCH": scratch} if scratch else None
     with tempfile.TemporaryDirectory() as directory:
-        command = [SPLITTER, "-q", "build", wheel, "--target", target]
+        command = [splitter, "-q", "build", wheel, "--target", target]
         command += ["-o", f"{directory}/out"]
         if target == "conda":
             command += ["--compression-level", str(level)]
@@ -293,10 +318,10 @@ def release_floor(wheels: list[str], level: int) -> Measure:
         return run(["bash", "-c", script])
 
 
-def release_build(wheels: list[str], level: int) -> Measure:
+def release_build(wheels: list[str], level: int, splitter: str = SPLITTER) -> Measure:
     """`splitter build --target conda` of every wheel of the release in one run."""
     with tempfile.TemporaryDirectory() as directory:
-        command = [SPLITTER, "-q", "build", *wheels, "--target", "conda"]
+        command = [splitter, "-q", "build", *wheels, "--target", "conda"]
         return run([*command, "--compression-level", str(level), "-o", f"{directory}/out"])
 
 
@@ -341,6 +366,9 @@ def main() -> None:
     parser.add_argument(
         "--only", action="append", choices=SECTIONS, help="measure only these (repeatable)"
     )
+    parser.add_argument(
+        "--compare", metavar="SPLITTER", help="another splitter to alternate with (conda, release)"
+    )
     args = parser.parse_args()
     only = set(args.only or SECTIONS)
     if args.skip_rattler:
@@ -376,11 +404,13 @@ def main() -> None:
     for label, base in (("tmpfs", shm), ("disk", tempfile.gettempdir())):
         if base is None or not only & {"conda", "rattler", "synthetic"}:
             continue
-        base_floor, measured = paired(
+        commands = [
             partial(floor, wheel, args.level, base),
             partial(build, wheel, "conda", args.level, base),
-            repeat,
-        )
+        ]
+        if args.compare:
+            commands.append(partial(build, wheel, "conda", args.level, base, args.compare))
+        base_floor, measured, *other = alternate(commands, repeat)
         row(f"baseline: floor on {label} (unzip, zstd -{args.level})", base_floor)
         row(
             f"splitter build --target conda, {label}",
@@ -389,6 +419,9 @@ def main() -> None:
             "floor",
             "target: <= 1.5x, < 200 MB",
         )
+        for before in other:
+            row(f"--compare build --target conda, {label}", before, base_floor, "floor")
+            compared(f"this vs --compare, conda, {label}", measured, before)
         conda = conda or measured
     for target in ("wheel", "tree"):
         if target not in only:
@@ -427,11 +460,13 @@ def main() -> None:
 
         wheels = [str(p) for p in resolve_inputs([], load_recipe(), "all", "all")]
         print(f"release: {len(wheels)} wheels (cp310-cp314, linux-64 and linux-aarch64)")
-        summed, measured = paired(
+        commands = [
             partial(release_floor, wheels, RELEASE_LEVEL),
             partial(release_build, wheels, RELEASE_LEVEL),
-            repeat,
-        )
+        ]
+        if args.compare:
+            commands.append(partial(release_build, wheels, RELEASE_LEVEL, args.compare))
+        summed, measured, *other = alternate(commands, repeat)
         row(f"baseline: summed floor of the wheels (zstd -{RELEASE_LEVEL})", summed)
         row(
             f"splitter build --target conda, release, level {RELEASE_LEVEL}",
@@ -440,6 +475,9 @@ def main() -> None:
             "summed floor",
             "target: <= 1.0x, < 200 MB",
         )
+        for before in other:
+            row("--compare build --target conda, release", before, summed, "summed floor")
+            compared("this vs --compare, release", measured, before)
     if "synthetic" in only and plan is not None and conda is not None:
         with tempfile.TemporaryDirectory() as scratch:
             big = synthetic(wheel, 10, Path(scratch))
