@@ -658,7 +658,7 @@ def test_a_wheel_failing_while_the_previous_one_packs_leaves_nothing(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["scratch"]
     assert list(scratch.iterdir()) == []
     children = subprocess.run(
-        ["pgrep", "-P", str(os.getpid()), "-f", "splitter.targets.conda.workers"],
+        ["pgrep", "-P", str(os.getpid()), "-f", "multiprocessing.spawn"],
         capture_output=True,
         text=True,
         check=False,

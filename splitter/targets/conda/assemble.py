@@ -1,11 +1,11 @@
-"""rattler-build's assembler, run by the build and its worker processes, and the info
-additions it cannot write.
+"""rattler-build's assembler, run by the build's worker processes, and the info additions
+it cannot write.
 
 `assemble_package` holds the GIL for its whole run, so threads cannot overlap it, and much
 of its time is single-threaded file copying, hashing and writing; so packages are assembled
-in parallel processes (splitter.targets.conda.workers: the largest by a worker, the rest by the
-build meanwhile). The build process then finishes each one (`finish`: its info additions
-and its repodata record): the workers are what a release waits for, the build is not.
+in worker processes (splitter.targets.conda.workers) while the build plans and stages the
+next wheel. The build process then finishes each one (`finish`: its info additions and its
+repodata record).
 """
 
 from __future__ import annotations
@@ -24,10 +24,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from splitter.targets.conda.workers import Workers
-
-# What a worker imports before its first call.
-WARM = ("rattler_build", __name__)
 PLACEHOLDER = "/opt/anaconda1anaconda2anaconda3"
 ZIP64_LIMIT = 0xFFFFFFFF
 
@@ -78,7 +74,7 @@ class Assembled:
 
 
 def assemble(job: AssembleJob) -> Assembled:
-    """In a worker or the build: assemble one package (see `finish` for the rest)."""
+    """In a worker: assemble one package (see `finish` for the rest)."""
     import rattler_build
 
     entries = [rattler_build.FileEntry.from_paths(real, dest) for real, dest in job.files]
@@ -111,7 +107,7 @@ def assemble(job: AssembleJob) -> Assembled:
 def finish(job: AssembleJob, assembled: Assembled) -> dict[str, object]:
     """In the build: add the info files to an assembled package and return its repodata
     record, so the channel index of each package is made as soon as it is done. Done here
-    rather than in the worker that assembled it: in a release the worker is the bottleneck
+    rather than in the worker that assembled it: in a release the workers are the bottleneck
     and the build process has time to spare (docs/performance.md)."""
     package = Path(assembled.path)
     rewrite_info(package, job.additions)
@@ -119,22 +115,9 @@ def finish(job: AssembleJob, assembled: Assembled) -> dict[str, object]:
 
 
 @contextlib.contextmanager
-def assemble_workers(jobs: int) -> Iterator[Workers]:
-    """The `jobs - 1` worker processes that assemble beside the build: killed if the build
-    fails, else closed."""
-    pool = Workers(jobs - 1, warm=WARM)
-    try:
-        yield pool
-    except BaseException:
-        pool.kill()
-        raise
-    pool.close()
-
-
-@contextlib.contextmanager
 def _tmpdir(directory: str) -> Iterator[None]:
-    """TMPDIR for rattler-build's copies, restored after: the build process assembles too,
-    and its later subprocesses must not inherit a scratch directory that is gone."""
+    """TMPDIR for rattler-build's copies, restored after: whatever the process runs later
+    must not inherit a scratch directory that is gone."""
     previous = os.environ.get("TMPDIR")
     os.environ["TMPDIR"] = directory
     try:

@@ -10,7 +10,8 @@ import subprocess
 import sys
 import sysconfig
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,7 +37,6 @@ from splitter.targets.conda.assemble import (
     AssembleJob,
     InfoAdditions,
     assemble,
-    assemble_workers,
     finish,
     json_bytes,
     release_freed_memory,
@@ -48,7 +48,7 @@ from splitter.targets.conda.meta import (
 )
 from splitter.targets.conda.recipes import write_recipes, write_support
 from splitter.targets.conda.releaserecipe import Variant, support_folders, write_release_recipe
-from splitter.targets.conda.workers import WorkerDied, Workers
+from splitter.targets.conda.workers import start_workers
 from splitter.targets.generated.files import split_from
 from splitter.targets.scratch import scratch_dir
 from splitter.targets.stage import Progress, Reusable, Staged, reusable, stage
@@ -56,8 +56,8 @@ from splitter.tools import die_with_parent
 
 SIDECAR = "info/splitter-process-exclusive.json"
 DEFAULT_LEVEL = 9
-# Default packaging processes, the build's own included: a second process packs the largest
-# package beside the others; one process alone is slower and leaner (docs/performance.md).
+# Default worker processes packing at once: two keep both cores busy beside the build's
+# planning and staging; one is slower and leaner (docs/performance.md).
 WORKERS = 2
 
 
@@ -73,29 +73,32 @@ class CondaOptions:
     """How `--target conda` packages (the CLI's options, checked there)."""
 
     compression_level: int = DEFAULT_LEVEL
-    threads: int = 2  # zstd threads of the largest package
+    threads: int = 2  # zstd threads of a single wheel's largest package
     backend: CondaBackend = CondaBackend.ASSEMBLE
     guard: bool = False
-    jobs: int = WORKERS  # packaging processes, the build's own included
+    jobs: int = WORKERS  # worker processes packing at once
 
 
 @dataclass(frozen=True, slots=True)
 class CondaBuilder:
-    """A conda build whose worker processes are running (see conda_builder): one wheel's
-    channel (build_conda) or a release's (build_conda_release)."""
+    """A conda build whose worker processes are running (see conda_builder): a release's
+    channel, a single wheel being a release of one."""
 
     options: CondaOptions
-    workers: Workers
+    workers: ProcessPoolExecutor | None  # None with a recipe backend: the tool packs
     target: Target = Target.CONDA
 
     def build(
         self, release: ReleasePlanning, build: Path, progress: Progress | None = None
     ) -> list[Artifact]:
         """See the class."""
-        if len(release.paths) == 1:
-            (plan,) = release.plans(progress)
-            return _build(plan, build, progress, options=self.options, workers=self.workers)
-        return _build_release(release, build, self.options, progress, self.workers)
+        if self.workers is None:
+            return _build_recipes(release, build, progress, self.options)
+        channel = _Channel(build, self.options, progress, self.workers, len(release.paths))
+        with channel:
+            for plan in release.plans(progress):
+                channel.add(plan)
+            return channel.complete(release.release())
 
 
 @contextlib.contextmanager
@@ -112,8 +115,14 @@ def conda_builder(options: CondaOptions) -> Iterator[CondaBuilder]:
         )
     level, jobs = options.compression_level, options.jobs
     assert jobs >= 1 and 1 <= level <= 22, (jobs, level)  # the CLI checks both
-    with assemble_workers(jobs if backend == CondaBackend.ASSEMBLE else 1) as workers:
+    if backend != CondaBackend.ASSEMBLE:
+        yield CondaBuilder(options, None)
+        return
+    workers = start_workers(jobs)
+    try:
         yield CondaBuilder(options, workers)
+    finally:
+        workers.shutdown(cancel_futures=True)
 
 
 def build_conda(
@@ -130,8 +139,8 @@ def build_conda(
 
     `assemble` (default) packages the staged trees with rattler-build's assembler and is
     byte-reproducible; `rattler-build` and `conda-build` build the generated recipes instead,
-    from the local wheel, as a packager's own infrastructure would. `jobs` processes (the
-    build and jobs - 1 workers) assemble the packages and read their repodata records.
+    from the local wheel, as a packager's own infrastructure would. `jobs` worker processes
+    assemble the packages.
     """
     options = CondaOptions(
         compression_level=compression_level,
@@ -140,52 +149,242 @@ def build_conda(
         guard=guard,
         jobs=jobs,
     )
+    return build_conda_release(plan, out, options, progress)
+
+
+def build_conda_release(
+    release: Plan | Release | ReleasePlanning,
+    out: Path,
+    options: CondaOptions,
+    progress: Progress | None = None,
+) -> list[Path]:
+    """A release's channel in OUT: per subdir, one build of each Python-independent package
+    (from the group's source wheel) and one export build per Python, each pinning exactly the
+    shared builds of its subdir; repodata per subdir; the subdir's rattler-build recipe with a
+    variant per Python under recipes/<subdir>/rattler-build/ (splitter.targets.conda.releaserecipe),
+    or a single wheel's recipes under recipes/rattler-build/ and recipes/conda-build/.
+
+    Each wheel is packed as soon as its plan is made, while the next one is planned (see
+    _Channel); the release is checked when the last is planned, and a refusal leaves nothing,
+    as OUT is written only when complete."""
     with conda_builder(options) as builder:
-        return build_output(builder, plan, out, progress).written
+        return build_output(builder, release, out, progress).written
 
 
-def _build(
-    plan: Plan, build: Path, progress: Progress | None, *, options: CondaOptions, workers: Workers
+def _build_recipes(
+    release: ReleasePlanning, build: Path, progress: Progress | None, options: CondaOptions
 ) -> list[Artifact]:
+    """`--backend rattler-build` or `conda-build`: the generated recipes of one wheel, built
+    by that tool from the local wheel (offline)."""
+    backend = options.backend
+    if len(release.paths) != 1:
+        raise release_backend(backend)
+    (plan,) = release.plans(progress)
     subdir = plan.platform.conda_subdir
     builds = {p.name: build_string(plan, p) for p in plan.packages}
-    need = sum(p.bytes for p in plan.packages)
-    backend = options.backend
-    with scratch_dir(need) as work:
-        try:
-            workers.shrink(min(options.jobs, len(plan.packages)) - 1)
-            staged = _stage(plan, work, options, progress)
-            write_recipes(plan, staged, build / "recipes", builds)
-            (build / subdir).mkdir()
-            records = None
-            if backend == CondaBackend.ASSEMBLE:
-                # each package finished (info additions, repodata record) as it arrives
-                packed = pack_all(
-                    plan,
-                    staged,
-                    build / subdir,
-                    builds,
-                    work,
-                    options.compression_level,
-                    options.threads,
-                    workers,
-                    progress,
-                )
-                records = dict(_finished(job, result) for job, result in packed)
-            else:
-                # The same recipes, rendered with the local wheel as their source: offline.
-                local = work / "local-recipes"
-                write_recipes(plan, staged, local, builds, url=plan.wheel.path.as_uri())
-                level = options.compression_level
-                build_recipe(local / backend, backend, build / subdir, work, level)
-            index_channel(build, subdir, records)
-        except BaseException:
-            workers.kill()  # before the scratch they write into goes
-            raise
+    with scratch_dir(sum(p.bytes for p in plan.packages)) as work:
+        staged = _stage(plan, work, options, progress)
+        write_recipes(plan, staged, build / "recipes", builds)
+        (build / subdir).mkdir()
+        local = work / "local-recipes"
+        write_recipes(plan, staged, local, builds, url=plan.wheel.path.as_uri())
+        build_recipe(local / backend, backend, build / subdir, work, options.compression_level)
+        index_channel(build, subdir)
     return [
         artifact(f"{subdir}/{p.name}-{p.version}-{builds[p.name]}.conda", plan, p)
         for p in plan.packages
     ]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Wheel:
+    """A planned wheel, staged: what its packages are assembled from."""
+
+    plan: Plan
+    variant: Variant  # its build strings, and its part of the release recipe
+    staged: Staged
+    work: Path  # its scratch
+    licenses: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class _Group:
+    """The wheels of one platform planned so far; the first is the source of the shared
+    packages, which are queued once every wheel of the platform is planned."""
+
+    wheels: list[_Wheel]
+    shared_queued: bool = False
+    reusable: Reusable | None = None  # the source's files, once a later wheel points at them
+
+
+class _Channel:
+    """A release's channel (a single wheel's too), built one wheel at a time as the wheels
+    are planned.
+
+    Each wheel is staged (its Python packages; the source wheel, the first of its platform,
+    its shared packages too) and its packages queued for the workers at once; the build
+    process then plans the next wheel while the workers pack, and finishes each package
+    (info additions, repodata record) as it is assembled. A later wheel of a platform points
+    at the files its source wheel staged where it holds the same bytes (stage's `reuse`), so
+    it writes little more than its extension modules. Every wheel's scratch stays until the
+    channel is complete. A shared package's description lists every wheel of its platform,
+    so it is queued once its platform is planned.
+
+    A single wheel gets its own recipes (recipes/rattler-build/, recipes/conda-build/) and its
+    largest package, the last to finish, is compressed with `threads` zstd threads; a release
+    gets one rattler-build recipe per subdir, and every package is compressed with zstd's
+    single-threaded mode: both cores are busy, and zstd's threads would cost each packing
+    process buffers of its own (docs/performance.md)."""
+
+    def __init__(
+        self,
+        build: Path,
+        options: CondaOptions,
+        progress: Progress | None,
+        workers: ProcessPoolExecutor,
+        wheels: int,
+    ) -> None:
+        self.build, self.options, self.progress, self.workers = build, options, progress, workers
+        self.single = wheels == 1
+        self.groups: dict[str, _Group] = {}
+        self.records: dict[str, dict[str, dict[str, object]]] = {}  # subdir -> file -> record
+        self.builds: dict[str, dict[str, str]] = {}  # wheel file name -> package -> build string
+        self.packing: dict[Future[Assembled], tuple[str, AssembleJob]] = {}  # -> subdir, job
+        self.finished = self.queued = 0
+        self.scratch = contextlib.ExitStack()
+
+    def __enter__(self) -> _Channel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if any(exc):
+            # Nothing more is packed; what a worker packs now reads the scratch: wait for it.
+            for future in self.packing:
+                future.cancel()
+            wait(self.packing)
+        self.scratch.close()
+
+    def add(self, plan: Plan) -> None:
+        """Stage a planned wheel and queue its packages (its platform's source: all but the
+        shared ones, held until the platform is planned)."""
+        subdir = plan.platform.conda_subdir
+        if subdir not in self.groups:
+            for previous in self.groups.values():
+                self._queue_shared(previous)
+            self.groups[subdir] = _Group([])
+            self.records[subdir] = {}
+            (self.build / subdir).mkdir()
+        group = self.groups[subdir]
+        source = group.wheels[0] if group.wheels else None
+        shared = shared_packages(plan.recipe)
+        origin = plan if source is None else source.plan
+        builds = {p.name: build_string(plan, p) for p in plan.packages} | {
+            name: build_string(origin, origin.package(name)) for name in shared
+        }
+        self.builds[plan.wheel.filename] = builds
+        variant = Variant(plan=plan, builds=builds)
+        mine = tuple(p for p in plan.packages if source is None or p.name not in shared)
+        work = self.scratch.enter_context(scratch_dir(sum(p.bytes for p in mine)))
+        if source is None:
+            staged = _stage(plan, work, self.options, self.progress)
+        else:
+            if group.reusable is None:
+                names = sorted(p.name for p in source.plan.packages)
+                group.reusable = reusable(source.plan, source.staged, names)
+            only = frozenset(p.name for p in mine)
+            staged = _stage(plan, work, self.options, self.progress, only, group.reusable)
+        if self.single:
+            write_recipes(plan, staged, self.build / "recipes", builds)
+        else:
+            recipe = self.build / "recipes" / subdir / "rattler-build"
+            write_support(plan, staged, recipe, support_folders(variant, mine, shared))
+        like = None if source is None else (source.plan, source.licenses)
+        licenses = wheel_licenses(plan, work, like)
+        wheel = _Wheel(plan=plan, variant=variant, staged=staged, work=work, licenses=licenses)
+        group.wheels.append(wheel)
+        self._queue(wheel, tuple(p for p in mine if p.name not in shared))
+        self._finish(done_only=True)
+
+    def complete(self, release: Release) -> list[Artifact]:
+        """With the release checked: pack what is left, then each subdir's recipe and
+        repodata; the packages written."""
+        for group in release.groups:
+            wheels = self.groups[group.subdir].wheels
+            assert [w.plan for w in wheels] == list(group.plans), "planned in release order"
+            self._queue_shared(self.groups[group.subdir])
+        self._finish(done_only=False)
+        for group in release.groups:
+            if not self.single:
+                recipe = self.build / "recipes" / group.subdir / "rattler-build"
+                variants = [w.variant for w in self.groups[group.subdir].wheels]
+                write_release_recipe(variants, group.shared_packages, recipe)
+            index_channel(self.build, group.subdir, self.records[group.subdir])
+        return [
+            artifact(f"{group.subdir}/{p.name}-{p.version}-{builds[p.name]}.conda", plan, p)
+            for group in release.groups
+            for plan in group.plans
+            for builds in [self.builds[plan.wheel.filename]]
+            for p in group.packaged_from(plan)
+        ]
+
+    def _queue_shared(self, group: _Group) -> None:
+        """The platform is planned: queue its shared packages, which list its wheels (a
+        release's; a single wheel's do not)."""
+        if group.shared_queued:
+            return
+        group.shared_queued = True
+        source = group.wheels[0]
+        shared = shared_packages(source.plan.recipe)
+        inputs = () if self.single else wheel_inputs(w.plan for w in group.wheels)
+        self._queue(source, tuple(p for p in source.plan.packages if p.name in shared), inputs)
+
+    def _queue(
+        self,
+        wheel: _Wheel,
+        packages: tuple[PackagePlan, ...],
+        inputs: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        if not packages:
+            return
+        subdir = wheel.plan.platform.conda_subdir
+        jobs = assemble_jobs(
+            wheel.plan,
+            wheel.staged,
+            self.build / subdir,
+            wheel.variant.builds,
+            wheel.work,
+            self.options.compression_level,
+            self.options.threads if self.single else 0,
+            packages,
+            wheel.licenses,
+            inputs,
+        )
+        self.queued += len(jobs)
+        if self.progress is not None:
+            self.progress(f"packing {wheel.plan.wheel.filename}", self.finished, self.queued)
+        for job in jobs:
+            try:
+                self.packing[self.workers.submit(assemble, job)] = (subdir, job)
+            except BrokenProcessPool as exc:  # a worker ended before
+                raise _worker_died(job.name) from exc
+
+    def _finish(self, done_only: bool) -> None:
+        """Finish the packages assembled so far (or, not `done_only`, every queued one as it
+        is assembled), in any order: the records are written sorted."""
+        futures = [f for f in self.packing if f.done()] if done_only else as_completed(self.packing)
+        for future in futures:
+            subdir, job = self.packing[future]
+            try:
+                result = future.result()
+            except BrokenProcessPool as exc:
+                raise _worker_died(job.name) from exc
+            del self.packing[future]
+            _check_assembled(job.name, result)
+            name, record = _finished(job, result)
+            self.records[subdir][name] = record
+            self.finished += 1
+            if self.progress is not None:
+                self.progress(f"assembled {name}", self.finished, self.queued)
 
 
 def _finished(job: AssembleJob, result: Assembled) -> tuple[str, dict[str, object]]:
@@ -193,46 +392,14 @@ def _finished(job: AssembleJob, result: Assembled) -> tuple[str, dict[str, objec
     return Path(result.path).name, finish(job, result)
 
 
-def pack_all(
-    plan: Plan,
-    staged: Staged,
-    directory: Path,
-    builds: dict[str, str],
-    work: Path,
-    compression_level: int,
-    threads: int,
-    pool: Workers,
-    progress: Progress | None,
-) -> Iterator[tuple[AssembleJob, Assembled]]:
-    """One .conda per package of a wheel's build with rattler-build's assembler (largest
-    first, to the workers, the build taking the next one whenever they are all busy), yielded
-    as each is assembled, not yet finished (assemble.finish).
-
-    The build process packs too only when nothing is drawing progress (or without workers,
-    --jobs 1): rattler-build holds the GIL while it packs, which would freeze the progress bar
-    for a whole package. Which process packs a package does not change its bytes."""
-    licenses = wheel_licenses(plan, work)
-    jobs = assemble_jobs(
-        plan, staged, directory, builds, work, compression_level, threads, plan.packages, licenses
-    )
-    here = pool.count == 0 or progress is None
-    if progress is not None:
-        progress(f"packing {len(jobs)} package(s)", 0, len(jobs))
-    try:
-        for done, (index, result) in enumerate(pool.run(assemble, jobs, local=here), start=1):
-            _check_assembled(jobs[index].name, result)
-            if progress is not None:
-                progress(f"assembled {jobs[index].name}", done, len(jobs))
-            yield jobs[index], result
-    except WorkerDied as exc:
-        raise _worker_died(exc) from exc
-
-
-def _worker_died(exc: WorkerDied) -> ExternalToolError:
+def _worker_died(name: str) -> ExternalToolError:
+    """A worker ended without answering: killed (the kernel's OOM killer), or it could not
+    start; the pool does not say how it ended, so its exit status here is -1."""
     return ExternalToolError(
-        f"{exc} while assembling; if the system ran out of memory, build with --jobs 1",
-        [sys.executable, "-c", "splitter.targets.conda.workers.serve"],
-        exc.returncode,
+        f"a worker process ended without answering while {name} was assembled (killed, out "
+        "of memory, or failed to start): if the system ran out of memory, build with --jobs 1",
+        [sys.executable, "-c", "multiprocessing.spawn.spawn_main"],
+        -1,
         "",
     )
 
@@ -269,14 +436,15 @@ def assemble_jobs(
 ) -> list[AssembleJob]:
     """The assembler's calls for `packages` of the plan, largest first.
 
-    Only the largest package, the last to finish, is compressed with `threads` threads; the
-    others are compressed in-line (zstd's single-threaded mode: 0), beside it and on the
-    other core. zstd's multi-threaded mode needs buffers of its own per package
-    (docs/performance.md), so one package pays for them, not every package at once. The thread
-    count belongs to the package, not to the process packing it, so the bytes do not depend
-    on --jobs or on which process took which package. `inputs` are the wheels of a release a
-    shared package stands for."""
+    Only the plan's largest package, the last to finish, is compressed with `threads`
+    threads; the others are compressed in-line (zstd's single-threaded mode: 0), beside it
+    and on the other core. zstd's multi-threaded mode needs buffers of its own per package
+    (docs/performance.md), so one package pays for them, not every package at once. The
+    thread count belongs to the package, not to the process packing it, so the bytes do not
+    depend on --jobs or on which process took which package. `inputs` are the wheels of a
+    release a shared package stands for."""
     timestamp = datetime.fromtimestamp(plan.wheel.timestamp, tz=UTC)
+    largest = min(plan.packages, key=lambda p: (-p.bytes, p.name)).name
     ordered = sorted(packages, key=lambda p: (-p.bytes, p.name))
     return [
         AssembleJob(
@@ -293,12 +461,12 @@ def assemble_jobs(
             depends=tuple(conda_depends(plan, package, dict(builds))),
             license_files=licenses,
             compression_level=compression_level,
-            compression_threads=threads if rank == 0 else 0,
+            compression_threads=threads if package.name == largest else 0,
             timestamp=timestamp,
             tmpdir=str(work / "tmp"),
             additions=info_additions(plan, package, staged.layout, compression_level),
         )
-        for rank, package in enumerate(ordered)
+        for package in ordered
     ]
 
 
@@ -311,283 +479,6 @@ def _release_note(plan: Plan, inputs: tuple[tuple[str, str], ...]) -> str:
         " Its files are the same in every wheel of the release (binaries but for their "
         f"{link_stamps(plan.platform)}), which were: {listed}."
     )
-
-
-def build_conda_release(
-    release: Release | ReleasePlanning,
-    out: Path,
-    options: CondaOptions,
-    progress: Progress | None = None,
-    workers: Workers | None = None,
-) -> list[Path]:
-    """A release's channel in OUT: per subdir, one build of each Python-independent package
-    (from the group's source wheel) and one export build per Python, each pinning exactly the
-    shared builds of its subdir; repodata per subdir; the subdir's rattler-build recipe with a
-    variant per Python under recipes/<subdir>/rattler-build/ (splitter.targets.conda.releaserecipe).
-
-    Given a ReleasePlanning, each wheel is packed as soon as its plan is made, while the next
-    one is planned (see ReleasePipeline); the release is checked when the last is planned,
-    and a refusal leaves nothing, as OUT is written only when complete."""
-    if options.backend != CondaBackend.ASSEMBLE:
-        raise release_backend(options.backend)
-    with contextlib.ExitStack() as stack:
-        if workers is None:
-            workers = stack.enter_context(assemble_workers(options.jobs))
-        builder = CondaBuilder(options, workers)
-        return build_output(builder, release, out, progress).written
-
-
-def _build_release(
-    planning: ReleasePlanning,
-    build: Path,
-    options: CondaOptions,
-    progress: Progress | None,
-    workers: Workers,
-) -> list[Artifact]:
-    if options.backend != CondaBackend.ASSEMBLE:
-        raise release_backend(options.backend)
-    try:
-        with ReleasePipeline(build, options, progress, workers) as pipeline:
-            for plan in planning.plans(progress):
-                pipeline.add(plan)
-            pipeline.complete(planning.release())
-    except BaseException:
-        workers.kill()  # before the scratch they write into goes
-        raise
-    return [
-        artifact(f"{group.subdir}/{p.name}-{p.version}-{builds[p.name]}.conda", plan, p)
-        for group in planning.release().groups
-        for plan in group.plans
-        for builds in [pipeline.builds[plan.wheel.filename]]
-        for p in group.packaged_from(plan)
-    ]
-
-
-@dataclass(slots=True, kw_only=True)
-class _Wheel:
-    """A wheel in the pipeline: its staged packages, its scratch, and how many queued or held
-    packages read that scratch (its own, and a later wheel's of its platform pointing at its
-    files), plus one while its platform is still planned if it is the platform's source.
-    The scratch is removed when that count reaches zero."""
-
-    plan: Plan
-    variant: Variant
-    staged: Staged
-    work: Path
-    licenses: tuple[str, ...]
-    scratch: contextlib.ExitStack
-    unfinished: int
-    held: tuple[PackagePlan, ...]  # a source wheel's shared packages, packed once its group is
-    source: _Wheel | None  # the platform's source wheel, whose files this one points at
-    reusable: Reusable | None = None  # a source wheel's files the later wheels point at
-
-
-@dataclass(slots=True)
-class _Packing:
-    job: AssembleJob
-    future: Future[Assembled]
-    wheel: _Wheel
-    reads: tuple[_Wheel, ...]  # the wheels whose scratch the job's files are in
-
-
-class ReleasePipeline:
-    """A release's channel, built one wheel at a time as the wheels are planned.
-
-    Each wheel is staged (its Python packages; the source wheel, the first of its platform,
-    its shared packages too) and its packages queued for the workers at once; the build
-    process then plans the next wheel while the workers pack, and finishes each package
-    (info additions, repodata record) when it is assembled. So planning, staging and finishing
-    in the build process overlap the workers' packing, which is what a release waits for.
-    A later wheel of a platform points at the files its source wheel staged where it holds
-    the same bytes (stage's `reuse`), so it writes little more than its extension modules, and
-    the source's scratch stays until its platform is planned and packed. Besides that, at most
-    AHEAD wheels wait staged for the workers, which bounds the scratch space, however many
-    wheels (a later wheel's scratch holds little more than its extension modules). The bound
-    is loose on purpose: the build helps pack only when it is reached, and planning ahead
-    instead keeps the worker's queue full, so that the two processes pack the backlog
-    together at the end rather than the worker waiting while the build packs
-    (docs/performance.md). A shared package's description lists every wheel of its
-    platform, so it is queued once its group is planned; with the release checked
-    (`complete`), the rest is packed, and each subdir gets its recipe and repodata.
-
-    In a release both cores are busy (the build process plans and stages, the worker packs),
-    so every package is compressed with zstd's single-threaded mode: its threads would find
-    no idle core, and its buffers would cost each packing process memory (docs/performance.md).
-    """
-
-    AHEAD = 6
-
-    def __init__(
-        self, build: Path, options: CondaOptions, progress: Progress | None, workers: Workers
-    ) -> None:
-        self.build, self.options, self.progress, self.workers = build, options, progress, workers
-        self.groups: dict[str, list[_Wheel]] = {}
-        self.records: dict[str, dict[str, dict[str, object]]] = {}
-        self.packing: list[_Packing] = []  # queued, in order
-        self.finished = 0
-        self.queued = 0
-        self.scratches = contextlib.ExitStack()
-        self.builds: dict[str, dict[str, str]] = {}  # wheel file name -> package -> build string
-
-    def __enter__(self) -> ReleasePipeline:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for packing in self.packing:
-            packing.future.cancel()
-        if any(exc):
-            self.workers.kill()  # before the scratch they write into goes
-        self.scratches.close()
-
-    def add(self, plan: Plan) -> None:
-        """Stage a planned wheel and queue its packages (its group's source: all but the
-        shared ones, held for the group's end)."""
-        subdir = plan.platform.conda_subdir
-        if subdir not in self.groups:
-            for previous in self.groups.values():
-                self._queue_shared(previous)
-            self.groups[subdir] = []
-            self.records[subdir] = {}
-            (self.build / subdir).mkdir()
-        members = self.groups[subdir]
-        source = members[0].plan if members else plan
-        shared = shared_packages(plan.recipe)
-        builds = {p.name: build_string(plan, p) for p in plan.packages} | {
-            name: build_string(source, source.package(name)) for name in shared
-        }
-        variant = Variant(plan=plan, builds=builds)
-        self.builds[plan.wheel.filename] = builds
-        mine = tuple(p for p in plan.packages if plan is source or p.name not in shared)
-        while len({id(p.wheel) for p in self.packing}) >= self.AHEAD:
-            self._help_or_wait(spare=1)
-        scratch = contextlib.ExitStack()
-        self.scratches.enter_context(scratch)
-        work = scratch.enter_context(scratch_dir(sum(p.bytes for p in mine)))
-        first = members[0] if members else None
-        names = frozenset(p.name for p in mine)
-        reuse = first.reusable if first is not None else None
-        staged = _stage(plan, work, self.options, self.progress, names, reuse)
-        recipe = self.build / "recipes" / subdir / "rattler-build"
-        write_support(plan, staged, recipe, support_folders(variant, mine, shared))
-        wheel = _Wheel(
-            plan=plan,
-            variant=variant,
-            staged=staged,
-            work=work,
-            licenses=wheel_licenses(
-                plan, work, None if first is None else (first.plan, first.licenses)
-            ),
-            scratch=scratch,
-            unfinished=len(mine) + (first is None),
-            held=tuple(p for p in mine if p.name in shared),
-            source=first,
-            reusable=reusable(plan, staged, sorted(names)) if first is None else None,
-        )
-        members.append(wheel)
-        self._queue(wheel, tuple(p for p in mine if p.name not in shared))
-        self._finish_done()
-
-    def complete(self, release: Release) -> None:
-        """With the release checked: pack what is left, then each subdir's recipe and
-        repodata."""
-        for group in release.groups:
-            members = self.groups[group.subdir]
-            assert [w.plan for w in members] == list(group.plans), "planned in release order"
-            self._queue_shared(members)
-        while self.packing:
-            self._help_or_wait(spare=0)
-        for group in release.groups:
-            recipe = self.build / "recipes" / group.subdir / "rattler-build"
-            variants = [w.variant for w in self.groups[group.subdir]]
-            write_release_recipe(variants, group.shared_packages, recipe)
-            index_channel(self.build, group.subdir, self.records[group.subdir])
-
-    def _queue_shared(self, members: list[_Wheel]) -> None:
-        """The group is planned: queue its shared packages, and let its source's scratch go
-        once nothing reads it."""
-        source = members[0]
-        if source.reusable is None:
-            return  # done before
-        inputs = wheel_inputs(w.plan for w in members)
-        held, source.held, source.reusable = source.held, (), None
-        self._queue(source, held, inputs)
-        self._release(source)
-
-    def _queue(
-        self,
-        wheel: _Wheel,
-        packages: tuple[PackagePlan, ...],
-        inputs: tuple[tuple[str, str], ...] = (),
-    ) -> None:
-        if not packages:
-            return
-        directory = self.build / wheel.plan.platform.conda_subdir
-        level = self.options.compression_level
-        jobs = assemble_jobs(
-            wheel.plan,
-            wheel.staged,
-            directory,
-            wheel.variant.builds,
-            wheel.work,
-            level,
-            0,
-            packages,
-            wheel.licenses,
-            inputs,
-        )
-        self.queued += len(jobs)
-        if self.progress is not None:
-            self.progress(f"packing {wheel.plan.wheel.filename}", self.finished, self.queued)
-        reads = (wheel,) if wheel.source is None else (wheel, wheel.source)
-        if wheel.source is not None:
-            wheel.source.unfinished += len(jobs)
-        for job in jobs:
-            future = self.workers.submit(assemble, job)
-            self.packing.append(_Packing(job, future, wheel, reads))
-
-    def _help_or_wait(self, spare: int) -> None:
-        """Pack the newest package no worker has taken, here, if more than `spare` are
-        waiting (so a worker that finishes still finds one); else wait for any to finish. The
-        build would otherwise sit idle while the workers have a backlog: taking from it
-        keeps both cores packing. rattler-build holds the GIL while it packs, so a progress
-        bar pauses for that package (well under a second for these packages)."""
-        waiting = [p for p in self.packing if not p.future.running() and not p.future.done()]
-        if len(waiting) > spare and self.workers.take(waiting[-1].future):
-            self._finish_done()
-            return
-        wait([p.future for p in self.packing], return_when=FIRST_COMPLETED)
-        self._finish_done()
-
-    def _finish_done(self) -> None:
-        """Finish every package assembled so far, without waiting: in any order (the records
-        are written sorted), so that the ones the build packed itself, or a worker finished
-        behind a longer one, are not left for the end while the build waits."""
-        for packing in [p for p in self.packing if p.future.done()]:
-            self._finish(packing)
-
-    def _finish(self, packing: _Packing) -> None:
-        """Wait for a queued package, finish it, and remove its wheel's scratch once every
-        package of the wheel is finished."""
-        try:
-            result = packing.future.result()
-        except WorkerDied as exc:
-            raise _worker_died(exc) from exc
-        self.packing.remove(packing)
-        _check_assembled(packing.job.name, result)
-        name, record = _finished(packing.job, result)
-        self.records[packing.wheel.plan.platform.conda_subdir][name] = record
-        self.finished += 1
-        if self.progress is not None:
-            self.progress(f"assembled {name}", self.finished, self.queued)
-        for wheel in packing.reads:
-            self._release(wheel)
-
-    @staticmethod
-    def _release(wheel: _Wheel) -> None:
-        """One reader of the wheel's scratch less; the last removes it."""
-        wheel.unfinished -= 1
-        if wheel.unfinished == 0:
-            wheel.scratch.close()
 
 
 def _stage(
