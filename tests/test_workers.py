@@ -28,19 +28,27 @@ def workers_of(parent: int) -> list[int]:
     return found
 
 
-def test_the_workers_start_at_once_and_answer_in_their_own_processes() -> None:
+def test_one_worker_starts_at_once_and_another_for_a_call_that_finds_it_busy() -> None:
     pool = start_workers(2)
     try:
-        started = workers_of(os.getpid())
-        answers = {pool.submit(os.getpid).result() for _ in range(4)}
+        first = workers_of(os.getpid())
+        together = {f.result() for f in [pool.submit(_slow_pid, 0.5) for _ in range(3)]}
+        both = workers_of(os.getpid())
     finally:
         pool.shutdown()
-    assert len(started) == 2
-    assert answers <= set(started) and os.getpid() not in answers
+    assert len(first) == 1
+    assert len(both) == 2 and together == set(both) and os.getpid() not in together
+
+
+def _slow_pid(seconds: float) -> int:
+    time.sleep(seconds)
+    return os.getpid()
 
 
 def test_shutdown_leaves_no_process() -> None:
     pool = start_workers(2)
+    for future in [pool.submit(_slow_pid, 0.3) for _ in range(2)]:
+        future.result()
     started = workers_of(os.getpid())
     pool.shutdown()
     assert started and not workers_of(os.getpid())

@@ -228,7 +228,11 @@ class _Channel:
     at the files its source wheel staged where it holds the same bytes (stage's `reuse`), so
     it writes little more than its extension modules. Every wheel's scratch stays until the
     channel is complete. A shared package's description lists every wheel of its platform,
-    so it is queued once its platform is planned.
+    so it is queued once its platform is planned; those of the last platform are queued when
+    there is nothing left to plan, and the build packs them itself while the workers pack
+    theirs (a single wheel: the runtime and the quantized kernels beside the export, with
+    one worker, as a release of one needs no second). rattler-build holds the GIL while it
+    packs, so a progress bar pauses meanwhile (well under a second for these packages).
 
     A single wheel gets its own recipes (recipes/rattler-build/, recipes/conda-build/) and its
     largest package, the last to finish, is compressed with `threads` zstd threads; a release
@@ -311,7 +315,7 @@ class _Channel:
         for group in release.groups:
             wheels = self.groups[group.subdir].wheels
             assert [w.plan for w in wheels] == list(group.plans), "planned in release order"
-            self._queue_shared(self.groups[group.subdir])
+            self._queue_shared(self.groups[group.subdir], here=True)
         self._finish(done_only=False)
         for group in release.groups:
             if not self.single:
@@ -327,22 +331,24 @@ class _Channel:
             for p in group.packaged_from(plan)
         ]
 
-    def _queue_shared(self, group: _Group) -> None:
+    def _queue_shared(self, group: _Group, here: bool = False) -> None:
         """The platform is planned: queue its shared packages, which list its wheels (a
-        release's; a single wheel's do not)."""
+        release's; a single wheel's do not); `here`: pack them in the build process."""
         if group.shared_queued:
             return
         group.shared_queued = True
         source = group.wheels[0]
         shared = shared_packages(source.plan.recipe)
         inputs = () if self.single else wheel_inputs(w.plan for w in group.wheels)
-        self._queue(source, tuple(p for p in source.plan.packages if p.name in shared), inputs)
+        packages = tuple(p for p in source.plan.packages if p.name in shared)
+        self._queue(source, packages, inputs, here)
 
     def _queue(
         self,
         wheel: _Wheel,
         packages: tuple[PackagePlan, ...],
         inputs: tuple[tuple[str, str], ...] = (),
+        here: bool = False,
     ) -> None:
         if not packages:
             return
@@ -363,6 +369,9 @@ class _Channel:
         if self.progress is not None:
             self.progress(f"packing {wheel.plan.wheel.filename}", self.finished, self.queued)
         for job in jobs:
+            if here:
+                self._record(subdir, job, assemble(job))
+                continue
             try:
                 self.packing[self.workers.submit(assemble, job)] = (subdir, job)
             except BrokenProcessPool as exc:  # a worker ended before
@@ -379,12 +388,16 @@ class _Channel:
             except BrokenProcessPool as exc:
                 raise _worker_died(job.name) from exc
             del self.packing[future]
-            _check_assembled(job.name, result)
-            name, record = _finished(job, result)
-            self.records[subdir][name] = record
-            self.finished += 1
-            if self.progress is not None:
-                self.progress(f"assembled {name}", self.finished, self.queued)
+            self._record(subdir, job, result)
+
+    def _record(self, subdir: str, job: AssembleJob, result: Assembled) -> None:
+        """Finish an assembled package and keep its repodata record."""
+        _check_assembled(job.name, result)
+        name, record = _finished(job, result)
+        self.records[subdir][name] = record
+        self.finished += 1
+        if self.progress is not None:
+            self.progress(f"assembled {name}", self.finished, self.queued)
 
 
 def _finished(job: AssembleJob, result: Assembled) -> tuple[str, dict[str, object]]:

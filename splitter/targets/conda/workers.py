@@ -23,16 +23,17 @@ WARM = ("rattler_build", "splitter.targets.conda.assemble")
 
 
 def start_workers(count: int) -> ProcessPoolExecutor:
-    """`count` worker processes, started now, so that their start-up (an interpreter and
-    rattler-build's import) overlaps what the build does before its first package."""
+    """At most `count` worker processes. One starts now, so that its start-up (an interpreter
+    and rattler-build's import) overlaps what the build does before its first package; the
+    pool starts another only for a call that finds every worker busy, so a build that never
+    has two packages in the workers at once (a single wheel) never pays for a second."""
     pool = ProcessPoolExecutor(
         count,
         mp_context=multiprocessing.get_context("spawn"),
         initializer=_start,
         initargs=(os.getpid(),),
     )
-    for _ in range(count):
-        pool.submit(os.getpid)  # each call without an idle worker starts one
+    pool.submit(os.getpid)
     return pool
 
 
