@@ -12,7 +12,7 @@ import sysconfig
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -209,12 +209,22 @@ class _Wheel:
 
 @dataclass(slots=True)
 class _Group:
-    """The wheels of one platform planned so far; the first is the source of the shared
-    packages, which are queued once every wheel of the platform is planned."""
+    """The wheels of one platform planned so far: the first, the source of the shared
+    packages, which are queued once every wheel of the platform is planned, and each one's
+    variant (a later wheel's staged files are not kept once its packages are queued)."""
 
-    wheels: list[_Wheel]
+    scratch: contextlib.ExitStack  # its wheels' scratch, removed once its packages are packed
+    source: _Wheel | None = None
+    variants: list[Variant] = field(default_factory=list)
     shared_queued: bool = False
-    reusable: Reusable | None = None  # the source's files, once a later wheel points at them
+    reusable: Reusable | None = None
+
+    def reuse(self, source: _Wheel) -> Reusable:
+        """The source's staged files, which a later wheel points at (stage's `reuse`)."""
+        if self.reusable is None:
+            names = sorted(p.name for p in source.plan.packages)
+            self.reusable = reusable(source.plan, source.staged, names)
+        return self.reusable
 
 
 class _Channel:
@@ -226,13 +236,14 @@ class _Channel:
     process then plans the next wheel while the workers pack, and finishes each package
     (info additions, repodata record) as it is assembled. A later wheel of a platform points
     at the files its source wheel staged where it holds the same bytes (stage's `reuse`), so
-    it writes little more than its extension modules. Every wheel's scratch stays until the
-    channel is complete. A shared package's description lists every wheel of its platform,
-    so it is queued once its platform is planned; those of the last platform are queued when
-    there is nothing left to plan, and the build packs them itself while the workers pack
-    theirs (a single wheel: the runtime and the quantized kernels beside the export, with
-    one worker, as a release of one needs no second). rattler-build holds the GIL while it
-    packs, so a progress bar pauses meanwhile (well under a second for these packages).
+    it writes little more than its extension modules; a platform's scratch stays until every
+    package of the platform is packed. A shared package's description lists every wheel of
+    its platform, so it is queued once its platform is planned; those of the last platform
+    are queued when there is nothing left to plan, and the build packs them itself while the
+    workers pack theirs (a single wheel: the runtime and the quantized kernels beside the
+    export, with one worker, as a release of one needs no second). rattler-build holds the
+    GIL while it packs, so a progress bar pauses meanwhile (well under a second for these
+    packages).
 
     A single wheel gets its own recipes (recipes/rattler-build/, recipes/conda-build/) and its
     largest package, the last to finish, is compressed with `threads` zstd threads; a release
@@ -275,11 +286,11 @@ class _Channel:
         if subdir not in self.groups:
             for previous in self.groups.values():
                 self._queue_shared(previous)
-            self.groups[subdir] = _Group([])
+            self.groups[subdir] = _Group(self.scratch.enter_context(contextlib.ExitStack()))
             self.records[subdir] = {}
             (self.build / subdir).mkdir()
         group = self.groups[subdir]
-        source = group.wheels[0] if group.wheels else None
+        source = group.source  # None: this wheel is its platform's source
         shared = shared_packages(plan.recipe)
         origin = plan if source is None else source.plan
         builds = {p.name: build_string(plan, p) for p in plan.packages} | {
@@ -288,15 +299,12 @@ class _Channel:
         self.builds[plan.wheel.filename] = builds
         variant = Variant(plan=plan, builds=builds)
         mine = tuple(p for p in plan.packages if source is None or p.name not in shared)
-        work = self.scratch.enter_context(scratch_dir(sum(p.bytes for p in mine)))
+        work = group.scratch.enter_context(scratch_dir(sum(p.bytes for p in mine)))
         if source is None:
             staged = _stage(plan, work, self.options, self.progress)
         else:
-            if group.reusable is None:
-                names = sorted(p.name for p in source.plan.packages)
-                group.reusable = reusable(source.plan, source.staged, names)
             only = frozenset(p.name for p in mine)
-            staged = _stage(plan, work, self.options, self.progress, only, group.reusable)
+            staged = _stage(plan, work, self.options, self.progress, only, group.reuse(source))
         if self.single:
             write_recipes(plan, staged, self.build / "recipes", builds)
         else:
@@ -305,7 +313,8 @@ class _Channel:
         like = None if source is None else (source.plan, source.licenses)
         licenses = wheel_licenses(plan, work, like)
         wheel = _Wheel(plan=plan, variant=variant, staged=staged, work=work, licenses=licenses)
-        group.wheels.append(wheel)
+        group.source = source or wheel
+        group.variants.append(variant)
         self._queue(wheel, tuple(p for p in mine if p.name not in shared))
         self._finish(done_only=True)
 
@@ -313,14 +322,14 @@ class _Channel:
         """With the release checked: pack what is left, then each subdir's recipe and
         repodata; the packages written."""
         for group in release.groups:
-            wheels = self.groups[group.subdir].wheels
-            assert [w.plan for w in wheels] == list(group.plans), "planned in release order"
+            variants = self.groups[group.subdir].variants
+            assert [v.plan for v in variants] == list(group.plans), "planned in release order"
             self._queue_shared(self.groups[group.subdir], here=True)
         self._finish(done_only=False)
         for group in release.groups:
             if not self.single:
                 recipe = self.build / "recipes" / group.subdir / "rattler-build"
-                variants = [w.variant for w in self.groups[group.subdir].wheels]
+                variants = self.groups[group.subdir].variants
                 write_release_recipe(variants, group.shared_packages, recipe)
             index_channel(self.build, group.subdir, self.records[group.subdir])
         return [
@@ -337,9 +346,10 @@ class _Channel:
         if group.shared_queued:
             return
         group.shared_queued = True
-        source = group.wheels[0]
+        source = group.source
+        assert source is not None, "a group has a wheel"
         shared = shared_packages(source.plan.recipe)
-        inputs = () if self.single else wheel_inputs(w.plan for w in group.wheels)
+        inputs = () if self.single else wheel_inputs(v.plan for v in group.variants)
         packages = tuple(p for p in source.plan.packages if p.name in shared)
         self._queue(source, packages, inputs, here)
 
@@ -389,6 +399,10 @@ class _Channel:
                 raise _worker_died(job.name) from exc
             del self.packing[future]
             self._record(subdir, job, result)
+        packing = {subdir for subdir, _ in self.packing.values()}
+        for subdir, group in self.groups.items():
+            if group.shared_queued and subdir not in packing:
+                group.scratch.close()  # every package of the platform is packed
 
     def _record(self, subdir: str, job: AssembleJob, result: Assembled) -> None:
         """Finish an assembled package and keep its repodata record."""
