@@ -22,11 +22,12 @@ from splitter.manifest import Artifact
 from splitter.model import CondaBackend, PackagePlan, Plan, Rpath
 from splitter.plan.layout import Layout, default_sitedir
 from splitter.plan.release import (
+    PlatformGroup,
     Release,
     ReleasePlanning,
-    link_stamps,
+    check_release,
+    release_note,
     shared_packages,
-    wheel_inputs,
 )
 from splitter.plan.report import exclusivity_record
 from splitter.plan.request import release_backend
@@ -349,15 +350,18 @@ class _Channel:
         source = group.source
         assert source is not None, "a group has a wheel"
         shared = shared_packages(source.plan.recipe)
-        inputs = () if self.single else wheel_inputs(v.plan for v in group.variants)
+        # The platform's own check (the release's, for these wheels): what its shared
+        # packages stand for and what was set aside, said in their descriptions.
+        plans = [v.plan for v in group.variants]
+        checked = None if self.single else check_release(plans, source.plan.recipe).groups[0]
         packages = tuple(p for p in source.plan.packages if p.name in shared)
-        self._queue(source, packages, inputs, here)
+        self._queue(source, packages, checked, here)
 
     def _queue(
         self,
         wheel: _Wheel,
         packages: tuple[PackagePlan, ...],
-        inputs: tuple[tuple[str, str], ...] = (),
+        group: PlatformGroup | None = None,
         here: bool = False,
     ) -> None:
         if not packages:
@@ -373,7 +377,7 @@ class _Channel:
             self.options.threads if self.single else 0,
             packages,
             wheel.licenses,
-            inputs,
+            group,
         )
         self.queued += len(jobs)
         if self.progress is not None:
@@ -459,7 +463,7 @@ def assemble_jobs(
     threads: int,
     packages: Sequence[PackagePlan],
     licenses: tuple[str, ...],
-    inputs: tuple[tuple[str, str], ...] = (),
+    group: PlatformGroup | None = None,
 ) -> list[AssembleJob]:
     """The assembler's calls for `packages` of the plan, largest first.
 
@@ -468,8 +472,8 @@ def assemble_jobs(
     and on the other core. zstd's multi-threaded mode needs buffers of its own per package
     (docs/performance.md), so one package pays for them, not every package at once. The
     thread count belongs to the package, not to the process packing it, so the bytes do not
-    depend on --jobs or on which process took which package. `inputs` are the wheels of a
-    release a shared package stands for."""
+    depend on --jobs or on which process took which package. `group` is the platform of a
+    release whose wheels a shared package stands for (plan.release.release_note)."""
     timestamp = datetime.fromtimestamp(plan.wheel.timestamp, tz=UTC)
     largest = min(plan.packages, key=lambda p: (-p.bytes, p.name)).name
     ordered = sorted(packages, key=lambda p: (-p.bytes, p.name))
@@ -484,7 +488,8 @@ def assemble_jobs(
             homepage=plan.wheel.home or None,
             license=plan.wheel.license or None,
             summary=package.summary,
-            description=f"{package.summary}. {split_from(plan)}" + _release_note(plan, inputs),
+            description=f"{package.summary}. {split_from(plan)}"
+            + (f" {release_note(group, package)}" if group is not None else ""),
             depends=tuple(conda_depends(plan, package, dict(builds))),
             license_files=licenses,
             compression_level=compression_level,
@@ -495,17 +500,6 @@ def assemble_jobs(
         )
         for package in ordered
     ]
-
-
-def _release_note(plan: Plan, inputs: tuple[tuple[str, str], ...]) -> str:
-    """For a shared package of a release, the wheels it stands for ("" otherwise)."""
-    if not inputs:
-        return ""
-    listed = ", ".join(f"{name} (sha256 {sha})" for name, sha in inputs)
-    return (
-        " Its files are the same in every wheel of the release (binaries but for their "
-        f"{link_stamps(plan.platform)}), which were: {listed}."
-    )
 
 
 def _stage(
