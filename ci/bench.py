@@ -21,7 +21,7 @@ splitter gives its time and memory as a ratio of the other's.
   build rpm       vs unzip plus one `rpmbuild -bb` packaging the whole payload (payload w3.zstdio,
                   nothing stripped or post-processed, as splitter's spec)
   10x synthetic   plan and build conda on a wheel ten times the size (growth should be linear)
-  release         build conda of the ten Linux wheels of the release (level 3) vs the summed
+  release         build conda of the 15 wheels of the release (level 3) vs the summed
                   floor of those wheels (each unzipped, its payloads tar'ed and zstd -3 -T2'ed)
 """
 
@@ -49,9 +49,9 @@ RELEASE_LEVEL = 3  # the release section compresses at zstd level 3, build and f
 # Unzip, then one zstd-compressed tar per package payload: the least any tool must do.
 FLOOR = (
     "set -e; cd {dir}; rm -rf w ./*.zst; unzip -q {wheel} -d w; "
-    "tar -C w -cf - executorch/lib/libexecutorch_kernels_quantized.so"
+    "(cd w && tar -cf - executorch/lib/libexecutorch_kernels_quantized.*)"
     " | zstd -q -{level} -T2 -o q.tar.zst; "
-    "rm w/executorch/lib/libexecutorch_kernels_quantized.so; "
+    "rm w/executorch/lib/libexecutorch_kernels_quantized.*; "
     "tar -C w -cf - executorch/lib executorch/include | zstd -q -{level} -T2 -o r.tar.zst; "
     "rm -r w/executorch/lib w/executorch/include; "
     "tar -C w -cf - . | zstd -q -{level} -T2 -o e.tar.zst"
@@ -459,7 +459,7 @@ def main() -> None:
         from splitter.plan.recipe import load_recipe
 
         wheels = [str(p) for p in resolve_inputs([], load_recipe(), "all", "all")]
-        print(f"release: {len(wheels)} wheels (cp310-cp314, linux-64 and linux-aarch64)")
+        print(f"release: {len(wheels)} wheels (cp310-cp314 of every platform the recipe splits)")
         commands = [
             partial(release_floor, wheels, RELEASE_LEVEL),
             partial(release_build, wheels, RELEASE_LEVEL),
