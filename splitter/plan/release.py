@@ -18,7 +18,6 @@ a ReleaseError naming the file and the wheels; every problem is reported at once
 
 from __future__ import annotations
 
-import gc
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -173,16 +172,8 @@ class ReleasePlanning:
                     exc.add_note(f"in {path}")
                 raise
             self._plans.append(plan)
-            # A plan lives as long as the release, and the release holds every wheel's (tens of
-            # thousands of objects each): kept out of the cyclic collector's generations, they
-            # are not walked again by each collection while the later wheels are planned and
-            # packed. The garbage of planning (pyelftools' cyclic structures) is collected
-            # first, so none of it is frozen.
-            gc.collect()
-            gc.freeze()
             if len(self._plans) == len(self.paths):
                 self._known = {}  # every wheel read: its memory back
-                gc.unfreeze()  # planning is over: the collector sees everything again
             yield plan
 
     def release(self) -> Release:
