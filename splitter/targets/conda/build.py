@@ -240,11 +240,11 @@ class _Channel:
     it writes little more than its extension modules; a platform's scratch stays until every
     package of the platform is packed. A shared package's description lists every wheel of
     its platform, so it is queued once its platform is planned; those of the last platform
-    are queued when there is nothing left to plan, and the build packs them itself while the
-    workers pack theirs (a single wheel: the runtime and the quantized kernels beside the
-    export, with one worker, as a release of one needs no second). rattler-build holds the
-    GIL while it packs, so a progress bar pauses meanwhile (well under a second for these
-    packages).
+    are queued when there is nothing left to plan, and, when no progress is drawn (-q, the
+    bench, a pipe), the build packs them itself while the workers pack theirs (a single wheel:
+    the runtime and the quantized kernels beside the export, with one worker, as a release of
+    one needs no second). With a progress bar they go to the workers instead: rattler-build
+    holds the GIL while it packs, which would stop the bar for a whole package.
 
     A single wheel gets its own recipes (recipes/rattler-build/, recipes/conda-build/) and its
     largest package, the last to finish, is compressed with `threads` zstd threads; a release
@@ -325,7 +325,9 @@ class _Channel:
         for group in release.groups:
             variants = self.groups[group.subdir].variants
             assert [v.plan for v in variants] == list(group.plans), "planned in release order"
-            self._queue_shared(self.groups[group.subdir], here=True)
+            # The build packs them itself only when no progress is drawn: rattler-build holds
+            # the GIL while it packs, which would stop a progress bar for a whole package.
+            self._queue_shared(self.groups[group.subdir], here=self.progress is None)
         self._finish(done_only=False)
         for group in release.groups:
             if not self.single:
