@@ -214,8 +214,7 @@ def build(
         int,
         typer.Option(
             min=1,
-            help="conda: processes packaging at once, the build's own included "
-            "(1: slower, less memory).",
+            help="conda: worker processes packaging at once (1: slower, less memory).",
         ),
     ] = WORKERS,
     guard: Annotated[
