@@ -26,7 +26,7 @@ from pathlib import Path
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from splitter.binaries.detect import stamp_layout
-from splitter.binaries.stamps import StringComparison, compare_strings
+from splitter.binaries.stamps import Spans, StringComparison, compare_strings
 from splitter.errors import ReleaseError, SplitterError
 from splitter.input.payload import Payload
 from splitter.input.wheel import Known
@@ -145,6 +145,9 @@ class ReleasePlanning:
         # same bytes are not inflated again (read_wheel's `known`), which is most of them.
         self._known: Known = {}
         self._release: Release | None = None
+        # Each platform's check, made once: a build checks a platform as soon as its wheels
+        # are planned (to pack its shared packages), and `release` reuses it.
+        self._checked: Checked = {}
 
     @classmethod
     def of(cls, release: Release) -> ReleasePlanning:
@@ -176,12 +179,20 @@ class ReleasePlanning:
                 self._known = {}  # every wheel read: its memory back
             yield plan
 
+    def platform(self, subdir: str) -> PlatformGroup:
+        """The checked group of platform `subdir`, once each of its wheels is planned (the
+        wheels are planned platform by platform): what a build packs that platform's shared
+        packages by before it plans the next. A ReleaseError names that platform's
+        problems; `release` reuses the check."""
+        members = [p for p in self._plans if p.platform.conda_subdir == subdir]
+        return check_release(members, self.recipe, self._checked).groups[0]
+
     def release(self) -> Release:
         """The release the plans form, once every wheel is planned; a ReleaseError lists
         every problem found."""
         assert len(self._plans) == len(self.paths), "plan every wheel first"
         if self._release is None:
-            self._release = check_release(self._plans, self.recipe)
+            self._release = check_release(self._plans, self.recipe, self._checked)
         return self._release
 
 
@@ -213,9 +224,14 @@ def wheel_inputs(plans: Iterable[Plan]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((p.wheel.filename, p.wheel.sha256) for p in plans))
 
 
-def check_release(plans: Sequence[Plan], recipe: Recipe) -> Release:
+# A platform's check by its wheels' file names: its group, and the problems found.
+Checked = dict[tuple[str, ...], tuple["PlatformGroup", list[str]]]
+
+
+def check_release(plans: Sequence[Plan], recipe: Recipe, checked: Checked | None = None) -> Release:
     """The release `plans` form, grouped by platform (see the module); a ReleaseError lists
-    every problem."""
+    every problem. `checked` keeps each platform's check for the next call (a platform's
+    wheels compared once, not again for the whole release)."""
     problems = _check_versions(list(plans))
     by_subdir: dict[str, list[Plan]] = defaultdict(list)
     for plan in plans:
@@ -224,17 +240,29 @@ def check_release(plans: Sequence[Plan], recipe: Recipe) -> Release:
     groups = []
     for subdir, members in sorted(by_subdir.items()):
         members.sort(key=lambda p: (p.platform.python, p.wheel.filename))
-        problems += _check_pythons(members)
-        stamped, found = _compare_shared(members, shared)
-        problems += found
-        groups.append(
-            PlatformGroup(
-                subdir=subdir, plans=tuple(members), shared_packages=shared, stamped=stamped
-            )
-        )
+        key = tuple(p.wheel.filename for p in members)
+        found = None if checked is None else checked.get(key)
+        if found is None:
+            found = _check_platform(subdir, members, shared)
+            if checked is not None:
+                checked[key] = found
+        groups.append(found[0])
+        problems += found[1]
     if problems:
         raise ReleaseError("\n".join(problems))
     return Release(project=recipe.project, version=plans[0].wheel.version, groups=tuple(groups))
+
+
+def _check_platform(
+    subdir: str, members: list[Plan], shared: tuple[str, ...]
+) -> tuple[PlatformGroup, list[str]]:
+    """One platform's group, its wheels sorted oldest Python first, and its problems."""
+    problems = _check_pythons(members)
+    stamped, found = _compare_shared(members, shared)
+    group = PlatformGroup(
+        subdir=subdir, plans=tuple(members), shared_packages=shared, stamped=stamped
+    )
+    return group, problems + found
 
 
 def _check_versions(plans: list[Plan]) -> list[str]:
@@ -279,12 +307,13 @@ def _compare_shared(
     wanted = sorted(f for name in shared for f in source.package(name).files)
     digests = {e.path: e.sha256 for e in source.wheel.entries}
     binaries = {b.path: b for b in source.binaries}
+    mine = _SourceCopies(source)
     for other in others:
         theirs = {e.path: e.sha256 for e in other.wheel.entries}
         their_binaries = {b.path: b for b in other.binaries}
-        mine = {f for name in shared for f in other.package(name).files}
-        for path in sorted(mine.symmetric_difference(wanted)):
-            holder = other if path in mine else source
+        theirs_shared = {f for name in shared for f in other.package(name).files}
+        for path in sorted(theirs_shared.symmetric_difference(wanted)):
+            holder = other if path in theirs_shared else source
             problems.append(
                 f"a file of a Python-independent package is in only one of two wheels of a "
                 f"release ({holder.wheel.filename} has it): {path}; "
@@ -300,7 +329,7 @@ def _compare_shared(
             elif binary.unstamped_sha256 == their_binary.unstamped_sha256:
                 reason = ""
             else:
-                found = _build_strings(source, other, path)
+                found = _build_strings(mine, other, path)
                 reason = found.refused
                 for s in found.strings:
                     strings[path].add(
@@ -331,18 +360,38 @@ def _compare_shared(
     return files, problems
 
 
-def _build_strings(source: Plan, other: Plan, path: str) -> StringComparison:
-    """Both wheels' copies of the binary `path`, read again (verified against RECORD) and
-    compared with their link stamps set aside: the strings that differ only in the Python build
-    each names, or why the copies differ beyond that."""
-    with Payload(source.wheel) as mine, Payload(other.wheel) as theirs:
-        copies = (mine.read(path), theirs.read(path))
-    layouts = (stamp_layout(path, copies[0]), stamp_layout(path, copies[1]))
+class _SourceCopies:
+    """The source wheel's copies of the binaries a platform's check reads again (verified
+    against RECORD), with where each holds its stamps and strings: read once, as every other
+    wheel of the platform is compared with them."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self._read: dict[str, tuple[bytes, tuple[Spans, Spans]]] = {}
+
+    def get(self, path: str) -> tuple[bytes, tuple[Spans, Spans]]:
+        """The source's copy of `path` and its stamp layout."""
+        if path not in self._read:
+            with Payload(self.plan.wheel) as payload:
+                data = payload.read(path)
+            self._read[path] = (data, stamp_layout(path, data))
+        return self._read[path]
+
+
+def _build_strings(mine: _SourceCopies, other: Plan, path: str) -> StringComparison:
+    """The source's and `other`'s copies of the binary `path`, read again (verified against
+    RECORD) and compared with their link stamps set aside: the strings that differ only in the
+    Python build each names, or why the copies differ beyond that."""
+    data, layout = mine.get(path)
+    with Payload(other.wheel) as payload:
+        theirs = payload.read(path)
+    their_layout = stamp_layout(path, theirs)
     return compare_strings(
-        *copies,
-        spans=(layouts[0][0], layouts[1][0]),
-        sections=(layouts[0][1], layouts[1][1]),
-        pythons=(source.platform.python, other.platform.python),
+        data,
+        theirs,
+        spans=(layout[0], their_layout[0]),
+        sections=(layout[1], their_layout[1]),
+        pythons=(mine.plan.platform.python, other.platform.python),
     )
 
 

@@ -25,7 +25,6 @@ from splitter.plan.release import (
     PlatformGroup,
     Release,
     ReleasePlanning,
-    check_release,
     release_note,
     shared_packages,
 )
@@ -95,7 +94,7 @@ class CondaBuilder:
         """See the class."""
         if self.workers is None:
             return _build_recipes(release, build, progress, self.options)
-        channel = _Channel(build, self.options, progress, self.workers, len(release.paths))
+        channel = _Channel(build, self.options, progress, self.workers, release)
         with channel:
             for plan in release.plans(progress):
                 channel.add(plan)
@@ -258,10 +257,11 @@ class _Channel:
         options: CondaOptions,
         progress: Progress | None,
         workers: ProcessPoolExecutor,
-        wheels: int,
+        release: ReleasePlanning,
     ) -> None:
         self.build, self.options, self.progress, self.workers = build, options, progress, workers
-        self.single = wheels == 1
+        self.release = release
+        self.single = len(release.paths) == 1
         self.groups: dict[str, _Group] = {}
         self.records: dict[str, dict[str, dict[str, object]]] = {}  # subdir -> file -> record
         self.builds: dict[str, dict[str, str]] = {}  # wheel file name -> package -> build string
@@ -354,8 +354,8 @@ class _Channel:
         shared = shared_packages(source.plan.recipe)
         # The platform's own check (the release's, for these wheels): what its shared
         # packages stand for and what was set aside, said in their descriptions.
-        plans = [v.plan for v in group.variants]
-        checked = None if self.single else check_release(plans, source.plan.recipe).groups[0]
+        subdir = source.plan.platform.conda_subdir
+        checked = None if self.single else self.release.platform(subdir)
         packages = tuple(p for p in source.plan.packages if p.name in shared)
         self._queue(source, packages, checked, here)
 
