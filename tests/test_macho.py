@@ -347,6 +347,29 @@ def test_resolver_reports_a_broken_rpath(macos_tree: Path, tmp_path: Path) -> No
     ]
 
 
+@pytest.mark.parametrize(
+    "wanted",
+    [
+        ("@loader_path",),  # keeps its first entry: one run
+        ("@loader_path", "@loader_path/../../lib"),  # keeps one, adds one: one run
+        ("@loader_path/../../lib", "@loader_path"),  # adds before a kept one: two runs
+        (),
+    ],
+)
+def test_rpath_edits_give_exactly_the_rpaths_in_order(
+    tmp_path: Path, machos: dict[str, bytes], infos: dict[str, BinaryInfo], wanted: tuple[str, ...]
+) -> None:
+    """Whatever runs of llvm-install-name-tool an edit takes, llvm-otool reads back exactly
+    the LC_RPATHs asked for, in order, and the signature still checks."""
+    target = tmp_path / "libexecutorch_kernels_quantized.dylib"
+    target.write_bytes(machos[QLIB])
+    current = infos[QLIB].runpath
+    assert current[0] == "@loader_path" and len(current) > 2, current  # the cases assume it
+    assert set_macho_rpaths(target, current, wanted)
+    assert otool_load_commands(target).get("LC_RPATH", []) == list(wanted)
+    assert check_signature(target.read_bytes()) == []
+
+
 def test_missing_install_name_tool_names_the_package(
     tmp_path: Path, machos: dict[str, bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -108,15 +108,7 @@ def set_macho_rpaths(path: Path, current: tuple[str, ...], rpaths: tuple[str, ..
     if current == rpaths:
         return False
     tool = install_name_tool()
-    # The tool refuses to delete and add one path in a single run, and appends what it adds:
-    # delete every entry, then add the new ones in order.
-    runs = [
-        [tool, *(a for entry in dict.fromkeys(current) for a in ("-delete_rpath", entry))],
-        [tool, *(a for entry in rpaths for a in ("-add_rpath", entry))],
-    ]
-    for command in runs:
-        if len(command) == 1:
-            continue
+    for command in _rpath_runs(tool, current, rpaths):
         command.append(str(path))
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:
@@ -127,3 +119,28 @@ def set_macho_rpaths(path: Path, current: tuple[str, ...], rpaths: tuple[str, ..
                 result.stderr,
             )
     return True
+
+
+def _rpath_runs(tool: str, current: tuple[str, ...], rpaths: tuple[str, ...]) -> list[list[str]]:
+    """The tool's runs that turn LC_RPATHs `current` into `rpaths`. It deletes in place and
+    appends what it adds, and refuses to delete and add one path in a single run. So one run
+    does it when the entries kept are `rpaths`' first ones, in order, and the rest are new
+    (a runtime library keeping only `@loader_path`: about half the runs of a macOS wheel, each
+    an LLVM start of some 25 ms); otherwise every entry is deleted, then the new ones added."""
+    wanted = set(rpaths)
+    kept = [e for e in current if e in wanted]
+    added = [e for e in rpaths if e not in current]
+    if len(set(current)) == len(current) and kept + added == list(rpaths):
+        deleted = [e for e in current if e not in wanted]
+        return [
+            [
+                tool,
+                *(a for entry in deleted for a in ("-delete_rpath", entry)),
+                *(a for entry in added for a in ("-add_rpath", entry)),
+            ]
+        ]
+    runs = [
+        [tool, *(a for entry in dict.fromkeys(current) for a in ("-delete_rpath", entry))],
+        [tool, *(a for entry in rpaths for a in ("-add_rpath", entry))],
+    ]
+    return [run for run in runs if len(run) > 1]
