@@ -18,6 +18,7 @@ import zstandard
 from machotools import check_signature, kernel_table_entries
 
 from splitter.binaries.macho import analyse_macho, is_macho
+from splitter.binaries.machoread import fixups, read_macho, symbols
 from splitter.binaries.relocate import set_macho_rpaths
 from splitter.binaries.resolve import find_unresolved
 from splitter.errors import BinaryError, MissingToolError
@@ -130,6 +131,60 @@ def test_load_commands_match_llvm_otool(
         assert list(info.weak) == seen.get("LC_LOAD_WEAK_DYLIB", []), path
         assert list(info.runpath) == seen.get("LC_RPATH", []), path
         assert info.machine == "CPU_TYPE_ARM64"
+
+
+def test_reader_matches_lief_on_every_macho(machos: dict[str, bytes]) -> None:
+    """splitter's own Mach-O reader (splitter.binaries.machoread) against lief, on every
+    Mach-O file of the wheel: load commands, stamps, the string section, exported and
+    imported symbols, and every fixup (rebase targets and bind addresses). The wheel has
+    both fixup forms: chained fixups and LC_DYLD_INFO opcode streams."""
+    import lief
+
+    lief.logging.disable()
+    forms = set()
+    for path, data in sorted(machos.items()):
+        ours = read_macho(path, data)
+        theirs = lief.MachO.parse(data).at(0)
+        dylibs = [c for c in theirs.commands if isinstance(c, lief.MachO.DylibCommand)]
+        identity = lief.MachO.LoadCommand.TYPE.ID_DYLIB
+        assert ours.install_name == "".join(c.name for c in dylibs if c.command == identity)
+        assert [n for _, n in ours.loads] == [c.name for c in dylibs if c.command != identity]
+        assert ours.rpaths == [
+            c.path for c in theirs.commands if isinstance(c, lief.MachO.RPathCommand)
+        ]
+        uuid = next(c for c in theirs.commands if isinstance(c, lief.MachO.UUIDCommand))
+        signature = next(c for c in theirs.commands if isinstance(c, lief.MachO.CodeSignature))
+        assert sorted(ours.stamps) == sorted(
+            [(uuid.command_offset + 8, 16), (signature.data_offset, signature.data_size)]
+        ), path
+        strings = theirs.get_section("__TEXT", "__cstring")
+        mine = ours.section("__TEXT", "__cstring")
+        assert mine is not None and (mine.offset, mine.size) == (strings.offset, strings.size)
+        exported, imported = symbols(ours, path, data)
+        assert exported == {s.name for s in theirs.exported_symbols}, path
+        assert imported == {s.name for s in theirs.imported_symbols}, path
+        targets, binds = fixups(ours, path, data)
+        expected = {}
+        for relocation in theirs.relocations:
+            if isinstance(relocation, lief.MachO.RelocationFixup):
+                expected[relocation.address] = relocation.target
+            else:  # an opcode rebase: the target is the word in place
+                expected[relocation.address] = targets.get(relocation.address)
+        assert targets == expected, path
+        assert binds == {b.address for b in theirs.bindings}, path
+        forms.add("chained" if ours.chained else "opcodes" if ours.dyld_info else "none")
+    assert forms == {"chained", "opcodes"}
+
+
+def test_broken_fixups_are_a_binary_error(machos: dict[str, bytes]) -> None:
+    """A file cut inside its fixups (load commands whole) is refused naming the file, not
+    read as a library without kernels."""
+    data = machos[QLIB]
+    macho = read_macho(QLIB, data)
+    start = macho.chained[0] if macho.chained else macho.dyld_info[0] if macho.dyld_info else 0
+    assert start, "the library has fixups"
+    with pytest.raises(BinaryError, match=rf"cannot read Mach-O .*: {QLIB}$"):
+        analyse_macho(QLIB, data[: start + 16])
 
 
 def test_runtime_dylibs_are_linked_like_upstream_says(infos: dict[str, BinaryInfo]) -> None:
