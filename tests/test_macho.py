@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tarfile
@@ -18,6 +19,7 @@ import zstandard
 from machotools import check_signature, kernel_table_entries
 
 from splitter.binaries.macho import analyse_macho, is_macho
+from splitter.binaries.machoedit import with_rpaths
 from splitter.binaries.machoread import fixups, read_macho, symbols
 from splitter.binaries.relocate import set_macho_rpaths
 from splitter.binaries.resolve import find_unresolved
@@ -425,15 +427,45 @@ def test_rpath_edits_give_exactly_the_rpaths_in_order(
     assert check_signature(target.read_bytes()) == []
 
 
+def not_linker_signed(data: bytes) -> bytes:
+    """`data` with its CodeDirectory's linker-signed flag cleared (as `codesign -s -` leaves
+    an ad-hoc signature): a signature splitter's own editor does not re-hash."""
+    macho = read_macho("x", data)
+    start = next(offset for offset, size in macho.stamps if size != 16)
+    (at,) = struct.unpack_from(">I", data, start + 16)
+    flags = start + at + 12
+    (value,) = struct.unpack_from(">I", data, flags)
+    return data[:flags] + struct.pack(">I", value & ~0x20000) + data[flags + 4 :]
+
+
+def test_other_signatures_go_through_llvm(
+    tmp_path: Path, machos: dict[str, bytes], infos: dict[str, BinaryInfo]
+) -> None:
+    """A file whose signature the linker did not make is edited by llvm-install-name-tool,
+    which re-signs it: llvm-otool reads the rpaths asked for, and the signature checks."""
+    target = tmp_path / "libexecutorch_kernels_quantized.dylib"
+    target.write_bytes(not_linker_signed(machos[QLIB]))
+    assert with_rpaths(str(target), target.read_bytes(), ("@loader_path/x",)) is None
+    assert set_macho_rpaths(target, infos[QLIB].runpath, ("@loader_path/x",))
+    assert otool_load_commands(target).get("LC_RPATH") == ["@loader_path/x"]
+    assert check_signature(target.read_bytes()) == []
+
+
 def test_missing_install_name_tool_names_the_package(
     tmp_path: Path, machos: dict[str, bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Without LLVM, a linker-signed file is still edited; one that needs LLVM is refused
+    naming the package to install, and left as it was."""
     target = tmp_path / "libexecutorch_kernels_quantized.dylib"
     target.write_bytes(machos[QLIB])
     monkeypatch.setenv("PATH", str(tmp_path))  # a PATH without LLVM
+    assert set_macho_rpaths(target, ("@loader_path",), ())
+    assert check_signature(target.read_bytes()) == []
+    other = not_linker_signed(machos[QLIB])
+    target.write_bytes(other)
     with pytest.raises(MissingToolError, match=r"apt-get install llvm-14"):
         set_macho_rpaths(target, ("@loader_path",), ())
-    assert target.read_bytes() == machos[QLIB]
+    assert target.read_bytes() == other
 
 
 def run_build(wheel: Path, target: str, out: Path) -> None:

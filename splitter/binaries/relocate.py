@@ -10,6 +10,7 @@ import sysconfig
 from collections.abc import Mapping
 from pathlib import Path
 
+from splitter.binaries.machoedit import with_rpaths
 from splitter.errors import ExternalToolError, MissingToolError
 from splitter.model import BinaryInfo
 
@@ -104,9 +105,16 @@ def install_name_tool() -> str:
 
 def set_macho_rpaths(path: Path, current: tuple[str, ...], rpaths: tuple[str, ...]) -> bool:
     """Make the LC_RPATHs of Mach-O `path` exactly `rpaths`, in order, with a valid ad-hoc
-    signature; a file that already has them is not touched. Returns whether it was edited."""
+    signature; a file that already has them is not touched. Returns whether it was edited.
+    A file the linker signed is edited here (splitter.binaries.machoedit); any other goes
+    through LLVM's llvm-install-name-tool, which re-signs what it edits."""
     if current == rpaths:
         return False
+    data = path.read_bytes()
+    edited = with_rpaths(str(path), data, rpaths)
+    if edited is not None:  # a linker-signed file: edited and re-hashed here
+        path.write_bytes(edited)
+        return True
     tool = install_name_tool()
     for command in _rpath_runs(tool, current, rpaths):
         command.append(str(path))
