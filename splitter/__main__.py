@@ -9,11 +9,15 @@ does) would otherwise import the whole CLI (typer, rich, pyelftools) in every ch
 def main() -> None:
     """Run the CLI.
 
-    The garbage collector is frozen twice: after the imports, whose objects live as long as
+    The C heap is kept in one malloc arena (splitter.tools.one_malloc_arena). The garbage
+    collector is frozen twice: after the imports, whose objects live as long as
     the process, so collections during the build do not walk them again; and at the end, so
     that finalization does not walk every object only to free them all."""
     import gc
 
+    from splitter.tools import one_malloc_arena
+
+    one_malloc_arena()
     from splitter.cli.app import main as cli_main
 
     gc.freeze()

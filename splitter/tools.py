@@ -58,3 +58,16 @@ def die_with_parent() -> None:
     killed build leaves no helper process writing into its temporary directories."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))
+
+
+M_ARENA_MAX = -8  # glibc's mallopt parameter
+
+
+def one_malloc_arena() -> None:
+    """Keep the process's C heap in one glibc malloc arena. glibc gives each thread that
+    allocates its own arena, and memory freed in one stays mapped until it is trimmed: the
+    build's helper threads (read_wheel's reader, staging's) held tens of MB that way
+    (docs/performance.md). Called first thing, before any thread starts; nothing to do off
+    glibc."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).mallopt(M_ARENA_MAX, 1)
