@@ -17,7 +17,6 @@ import typer
 from splitter.cli.console import (
     build_input,
     compute_input,
-    make_table,
     out,
     progress_bar,
     reporter,
@@ -26,6 +25,7 @@ from splitter.cli.console import (
     show_release,
     show_summary,
     show_why,
+    verify_table,
 )
 from splitter.cli.graph import GraphFormat, render_graph
 from splitter.errors import SplitterError, UsageError
@@ -297,35 +297,50 @@ def verify_command(
         list[Only] | None,
         typer.Option(help="Run only these checks (repeatable; depends: .deb/.rpm only)."),
     ] = None,
+    cross_cxx: Annotated[
+        Path | None,
+        typer.Option(
+            help="C++ cross compiler for a Linux output of another architecture, whose checks "
+            "run under qemu-user (default: <triplet>-g++ on PATH, e.g. aarch64-linux-gnu-g++)."
+        ),
+    ] = None,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict", help="Count every skipped check as failed (for CI: nothing skips silently)."
+        ),
+    ] = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
     traceback: TracebackOpt = False,
 ) -> None:
     """Re-run the release checks on a built output: co-load matrix, CMake, relocation, model."""
-    from splitter.verify.run import CHECKS, Status  # verify and doctor load only when used
+    from splitter.verify.run import CHECKS  # verify and doctor load only when used
     from splitter.verify.run import verify as run_verify
+    from splitter.verify.summary import strict as strictly
+    from splitter.verify.summary import summarize
 
     system_cmake = shutil.which("cmake")
     cmakes = list(cmake or ([Path(system_cmake)] if system_cmake else []))
-    checks = run_verify(out_dir, python or [], cmakes, jobs, tuple(only) if only else CHECKS)
-    failed = [c for c in checks if c.status is Status.FAIL]
+    wanted = tuple(only) if only else CHECKS
+    checks = run_verify(out_dir, python or [], cmakes, jobs, wanted, cross_cxx)
+    if strict:
+        checks = strictly(checks)
+    summary = summarize(checks)
     if as_json:
-        print(
-            json.dumps(
-                {"output": str(out_dir), "ok": not failed, "checks": [asdict(c) for c in checks]},
-                indent=2,
-            )
-        )
+        report = {
+            "output": str(out_dir),
+            "ok": summary.ok,
+            "strict": strict,
+            "summary": summary.as_json(),
+            "checks": [asdict(c) for c in checks],
+        }
+        print(json.dumps(report, indent=2))
     else:
-        table = make_table("check", "subject", "expected", "outcome", "status", "detail")
-        for c in checks:
-            colour = {Status.PASS: "green", Status.FAIL: "red", Status.SKIP: "yellow"}[c.status]
-            table.add_row(
-                c.check, c.subject, c.expected, c.outcome, f"[{colour}]{c.status}[/]", c.detail
-            )
-        out.print(table)
-        out.print(f"{len(checks) - len(failed)} passed or skipped, {len(failed)} failed")
-    if failed:
+        out.print(verify_table(checks))
+        for line in summary.lines():
+            out.print(line, highlight=False)
+    if not summary.ok:
         raise typer.Exit(1)
 
 

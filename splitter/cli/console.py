@@ -34,8 +34,9 @@ from splitter.plan.release import (
 )
 from splitter.targets.builder import Built
 
-if TYPE_CHECKING:  # doctor loads only when used
+if TYPE_CHECKING:  # doctor and verify load only when used
     from splitter.doctor.diagnose import Diagnosis
+    from splitter.verify.run import Check
 
 # Output that is not a terminal (a pipe, a CI log) is never wrapped or cut: a wide virtual
 # width, and colour only on a terminal (rich also honours NO_COLOR).
@@ -51,6 +52,20 @@ def make_table(*headers: str) -> Table:
     for header in headers:
         made.add_column(header, overflow="fold")
     return made
+
+
+def verify_table(checks: list[Check]) -> Table:
+    """verify's rows as a table (the co-load matrix grouped: splitter.verify.summary), which
+    folds its cells to fit the terminal."""
+    from splitter.verify.run import Status
+    from splitter.verify.summary import table_rows
+
+    colours = {Status.PASS: "green", Status.FAIL: "red", Status.SKIP: "yellow"}
+    table = make_table("check", "subject", "expected", "outcome", "status", "detail")
+    for c in table_rows(checks):
+        status = f"[{colours[c.status]}]{c.status}[/]"
+        table.add_row(c.check, c.subject, c.expected, c.outcome, status, c.detail)
+    return table
 
 
 @contextmanager

@@ -18,6 +18,7 @@ from typing import Any
 
 from splitter.binaries.elf import analyse_elf, is_elf
 from splitter.tools import die_with_parent
+from splitter.verify.emulate import Emulator
 
 TORCH_SONAMES = ("libtorch", "libc10")
 TIMEOUT = 300  # seconds one load may take before it counts as an error
@@ -139,6 +140,30 @@ class Loaders:
             loader.close()
 
 
+class EmulatedLoaders:
+    """Loads for a Linux output of another architecture: the loader program compiled for it,
+    run under qemu, a process a pair (splitter.verify.emulate)."""
+
+    def __init__(self, emulator: Emulator, scratch: Path) -> None:
+        self.emulator = emulator
+        self.program = emulator.loader(scratch)
+
+    def load(self, paths: list[Path], torch: bool) -> tuple[int, str]:
+        """Exit code and output of the loader run on `paths`, in order."""
+        assert not torch, "torch of another architecture cannot load here"
+        command = self.emulator.command(self.program, *map(str, paths))
+        try:
+            run = subprocess.run(
+                command, capture_output=True, text=True, timeout=TIMEOUT, check=False
+            )
+        except subprocess.TimeoutExpired:
+            return -1, f"no answer in {TIMEOUT} s"
+        return run.returncode, run.stdout + run.stderr
+
+    def close(self) -> None:
+        """Nothing runs between loads."""
+
+
 class Outcome(StrEnum):
     """What loading two files into one process did."""
 
@@ -188,7 +213,9 @@ def expected_outcome(first: Path, second: Path, verdicts: Iterable[dict[str, Any
     return Outcome.COEXIST
 
 
-def load_pair(loaders: Loaders, first: Path, second: Path, torch: bool) -> tuple[Outcome, str]:
+def load_pair(
+    loaders: Loaders | EmulatedLoaders, first: Path, second: Path, torch: bool
+) -> tuple[Outcome, str]:
     """Outcome and the last line of output of loading both files in that order."""
     code, output = loaders.load([first, second], torch)
     output = output.strip()
@@ -206,9 +233,12 @@ def coload_matrix(
     plain_python: Path,
     torch_python: Path | None,
     jobs: int = 2,
+    emulated: tuple[Emulator, Path] | None = None,
 ) -> list[PairResult]:
     """Load every pair in both orders, each in a process of its own (forked from a loader
-    interpreter that holds nothing else); torch pairs need torch_python."""
+    interpreter that holds nothing else); torch pairs need torch_python. `emulated` (an
+    emulator and a scratch directory): the files are of another architecture, each pair is
+    loaded by a program of theirs under qemu, and torch pairs cannot run here."""
     verdicts = list(verdicts)
     torch_needed = {p: needs_torch(p) for p in items}
     work = []
@@ -216,18 +246,24 @@ def coload_matrix(
         for first, second in ((a, b), (b, a)):
             work.append((first, second, torch_needed[a] or torch_needed[b]))
     pythons = {False: plain_python, True: torch_python or plain_python}
-    loaders = Loaders(pythons, max(1, jobs))
+    loaders: Loaders | EmulatedLoaders
+    if emulated is not None:
+        loaders = EmulatedLoaders(*emulated)
+        no_torch = f"needs torch built for {emulated[0].machine}, which cannot run on this machine"
+    else:
+        loaders = Loaders(pythons, max(1, jobs))
+        no_torch = "needs torch: pass --python with torch"
 
     def run(job: tuple[Path, Path, bool]) -> PairResult:
         first, second, torch = job
         expected = expected_outcome(first, second, verdicts)
-        if torch and torch_python is None:
+        if torch and (torch_python is None or emulated is not None):
             return PairResult(
                 first=first.name,
                 second=second.name,
                 expected=expected,
                 outcome=Outcome.SKIPPED,
-                detail="needs torch: pass --python with torch",
+                detail=no_torch,
             )
         outcome, detail = load_pair(loaders, first, second, torch)
         return PairResult(

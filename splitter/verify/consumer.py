@@ -10,6 +10,7 @@ from pathlib import Path
 
 import splitter.checks
 from splitter.errors import ExternalToolError, MissingToolError
+from splitter.verify.emulate import Emulator
 
 CONSUMER = Path(splitter.checks.__file__).parent / "consumer"
 MODEL = Path(splitter.checks.__file__).parent / "model"
@@ -67,8 +68,10 @@ def build_consumer(
     prefix: Path | None = None,
     config_dir: Path | None = None,
     quantized: bool,
+    toolchain: Path | None = None,
 ) -> Configured:
-    """Configure and build the consumer against an install prefix or a config directory."""
+    """Configure and build the consumer against an install prefix or a config directory;
+    with a CMake `toolchain` file, for another architecture (splitter.verify.emulate)."""
     args = [
         str(cmake),
         "-S",
@@ -82,6 +85,8 @@ def build_consumer(
         args.append(f"-DCMAKE_PREFIX_PATH={prefix}")
     if config_dir is not None:
         args.append(f"-Dexecutorch_DIR={config_dir}")
+    if toolchain is not None:
+        args.append(f"-DCMAKE_TOOLCHAIN_FILE={toolchain}")
     configure = subprocess.run(args, capture_output=True, text=True, check=False)
     output = configure.stdout + configure.stderr
     if configure.returncode != 0:
@@ -92,11 +97,16 @@ def build_consumer(
     return Configured(build.returncode, output + build.stdout + build.stderr, build_dir)
 
 
-def run_model(runner: Path, out_file: Path) -> subprocess.CompletedProcess[str]:
-    """Run the shipped quantized model; the output bytes land in `out_file`."""
+def run_model(
+    runner: Path, out_file: Path, emulator: Emulator | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the shipped quantized model (under `emulator`, a runner of another architecture);
+    the output bytes land in `out_file`."""
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    args = (str(MODEL / "model.pte"), str(MODEL / "input0.bin"), str(out_file))
+    command = [str(runner), *args] if emulator is None else emulator.command(runner, *args)
     return subprocess.run(
-        [str(runner), str(MODEL / "model.pte"), str(MODEL / "input0.bin"), str(out_file)],
+        command,
         capture_output=True,
         text=True,
         check=False,

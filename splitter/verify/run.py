@@ -27,6 +27,7 @@ from splitter.verify.consumer import (
     run_model,
     run_model_python,
 )
+from splitter.verify.emulate import Emulator, elf_subdir, emulator_for
 from splitter.verify.install import Installed, install
 from splitter.verify.macos import NEEDS_MACOS, is_macos_output, macos_checks
 from splitter.verify.release import Environment, release_environments
@@ -58,15 +59,18 @@ def verify_release(
     cmakes: list[Path],
     jobs: int,
     only: tuple[str, ...],
+    cross_cxx: Path | None = None,
 ) -> list[Check]:
     """The checks once per environment of a release's output (its shared packages beside one
     export) that this machine can run and for which there is a CPython of its export's
     version; every other environment is a skipped row saying what it needs. The interpreters
     are `pythons`, else the ones found: this one and `python3.X` on PATH for each X the
-    release has."""
+    release has. A Linux platform of another architecture has its C++ checks run once, with
+    its first environment, under emulation (splitter.verify.emulate)."""
     found = interpreters(pythons, sorted({e.python for e in environments}))
     here = machine_subdir()
     checks: list[Check] = []
+    emulated: dict[str, str] = {}  # a foreign Linux subdir -> the environment checked for it
     for environment in environments:
         version = environment.python
         if environment.subdir in MACOS_SUBDIRS.values() and environment.subdir != here:
@@ -75,10 +79,16 @@ def verify_release(
             # saying the rest needs a Mac; no CPython of the export's version is needed.
             checks += _verify(environment.source, environment.paths, [], cmakes, jobs, only)
             continue
+        if environment.subdir != here and environment.subdir not in emulated:
+            emulated[environment.subdir] = environment.label
+            checks += _verify(
+                environment.source, environment.paths, [], cmakes, jobs, only, cross_cxx
+            )
+            continue
         if environment.subdir != here:
             reason = (
-                f"{environment.subdir} packages run on another machine "
-                f"(this is {here or 'neither'})"
+                f"its C++ packages are checked with {emulated[environment.subdir]}; its "
+                f"Python side needs a {environment.subdir} machine (this is {here or 'neither'})"
             )
         elif version not in found:
             have = ", ".join(sorted(found)) or "none"
@@ -142,6 +152,14 @@ def torch_available(python: Path) -> bool:
 
 
 CHECKS = tuple(Only)
+# The rows of an output whose programs cannot run here: (check, expected), by --only name.
+FOREIGN = {
+    "co-load": (("co-load", "each pair loads as the metadata says"),),
+    "cmake": (("model (C++)", "identical output"), ("missing component", "configure fails")),
+    "relocation": (("relocation", "runs after a move"),),
+    "python": (("model (Python)", "identical output"),),
+}
+NO_CMAKE = "no CMake found: pass --cmake, or install one (apt-get install cmake; pip install cmake)"
 
 
 def verify(
@@ -150,12 +168,15 @@ def verify(
     cmakes: list[Path],
     jobs: int = 2,
     only: tuple[str, ...] = CHECKS,
+    cross_cxx: Path | None = None,
 ) -> list[Check]:
     """Install `out` in scratch space and run the checks; nothing is written to `out`. The
     Python checks use the first of `pythons` (default: this interpreter). A release's output
     (channel, wheelhouse or trees) is verified once per environment this machine can run,
     with an interpreter of its export's Python from `pythons` or found on PATH (see
-    verify_release)."""
+    verify_release). A Linux output of another architecture has its C++ checks run under
+    qemu, built with a cross C++ compiler (`cross_cxx`, else found on PATH;
+    splitter.verify.emulate)."""
     unknown = sorted(set(only) - set(CHECKS))
     if unknown:
         raise UsageError(f"unknown check {unknown[0]!r}: choose from {', '.join(map(str, CHECKS))}")
@@ -165,8 +186,8 @@ def verify(
     check_artifacts(out, manifest)  # an altered output is refused before anything is installed
     environments = release_environments(out, manifest)
     if environments is not None:
-        return verify_release(environments, pythons, cmakes, jobs, only)
-    return _verify(out, None, pythons, cmakes, jobs, only)
+        return verify_release(environments, pythons, cmakes, jobs, only, cross_cxx)
+    return _verify(out, None, pythons, cmakes, jobs, only, cross_cxx)
 
 
 def _verify(
@@ -176,19 +197,31 @@ def _verify(
     cmakes: list[Path],
     jobs: int,
     only: tuple[str, ...],
+    cross_cxx: Path | None = None,
 ) -> list[Check]:
     """The checks on `out` installed (all its packages, or its artifacts `paths`)."""
     python = pythons[0] if pythons else Path(sys.executable)
-    torch_python = python if torch_available(python) else None
     checks: list[Check] = []
     with tempfile.TemporaryDirectory(prefix="splitter-verify-") as scratch_name:
         scratch = Path(scratch_name)
         full = install(out, scratch / "full", paths=paths)
         if is_macos_output(full):
             return _macos(full, cmakes, only)
+        theirs, here = elf_subdir(full.libdir), machine_subdir()
+        emulator = None
+        if theirs is not None and theirs != here:
+            found = emulator_for(theirs, cross_cxx)
+            if isinstance(found, str):  # nothing here runs its programs: every check says so
+                rows = [row for name in only for row in FOREIGN.get(name, ())]
+                return [skipped(check, expected, found) for check, expected in rows]
+            emulator = found
+        torch_python = python if emulator is None and torch_available(python) else None
         items = coload_items(full.libdir, full.sitedir) if "co-load" in only else []
+        emulated = None if emulator is None else (emulator, scratch / "loader")
         with system_libdir(full):
-            pairs = coload_matrix(items, full.verdicts, Path(sys.executable), torch_python, jobs)
+            pairs = coload_matrix(
+                items, full.verdicts, Path(sys.executable), torch_python, jobs, emulated
+            )
         for pair in pairs:
             status = (
                 Status.SKIP
@@ -205,11 +238,17 @@ def _verify(
                     detail=pair.detail,
                 )
             )
-        if "cmake" in only:
-            checks += consumer_checks(out, full, cmakes, scratch)
+        if "cmake" in only and not cmakes:
+            checks.append(skipped("model (C++)", "identical output", NO_CMAKE))
+            checks.append(skipped("missing component", "configure fails", NO_CMAKE))
+        elif "cmake" in only:
+            checks += consumer_checks(out, full, cmakes, scratch, emulator)
         if "relocation" in only:
-            checks.append(relocation_check(full, cmakes, scratch))
-        if "python" in only:
+            checks.append(relocation_check(full, cmakes, scratch, emulator))
+        if "python" in only and emulator is not None:
+            reason = f"needs a CPython and torch built for {emulator.machine}: not run here"
+            checks.append(skipped("model (Python)", "identical output", reason))
+        elif "python" in only:
             checks.append(python_check(full, python, torch_python))
         if "depends" in only and full.kind in ("deb", "rpm"):
             checks.append(depends_check(full))
@@ -264,8 +303,15 @@ def system_libdir(full: Installed) -> Iterator[None]:
             os.environ["LD_LIBRARY_PATH"] = before
 
 
-def consumer_checks(out: Path, full: Installed, cmakes: list[Path], scratch: Path) -> list[Check]:
-    """Per CMake: the consumer runs the model, and fails to configure without kernels-quantized.
+def consumer_checks(
+    out: Path,
+    full: Installed,
+    cmakes: list[Path],
+    scratch: Path,
+    emulator: Emulator | None = None,
+) -> list[Check]:
+    """Per CMake: the consumer runs the model, and fails to configure without kernels-quantized
+    (with `emulator`: cross-compiled, and run under it).
 
     When kernels-quantized was built, "model (C++)" builds the consumer against every package and
     compares the model's output with the shipped one; "missing component" builds it against the
@@ -274,15 +320,22 @@ def consumer_checks(out: Path, full: Installed, cmakes: list[Path], scratch: Pat
     checks = []
     has_quantized = full.quantized in full.packages
     runtime_only = install(out, scratch / "runtime-only", only=(full.runtime,), paths=full.paths)
+    toolchain = None if emulator is None else emulator.toolchain(scratch / "toolchain")
     for index, cmake in enumerate(cmakes):
         version = ".".join(map(str, cmake_version(cmake)))
         subject = f"CMake {version}"
         build = scratch / f"consumer-{index}"
         if has_quantized:
-            built = build_consumer(cmake, build / "q", prefix=full.cmake_prefix, quantized=True)
-            checks.append(_model_check(built, build / "q.bin", "model (C++)", subject))
+            built = build_consumer(
+                cmake, build / "q", prefix=full.cmake_prefix, quantized=True, toolchain=toolchain
+            )
+            checks.append(_model_check(built, build / "q.bin", "model (C++)", subject, emulator))
         missing = build_consumer(
-            cmake, build / "r", prefix=runtime_only.cmake_prefix, quantized=True
+            cmake,
+            build / "r",
+            prefix=runtime_only.cmake_prefix,
+            quantized=True,
+            toolchain=toolchain,
         )
         message = f"install the {full.quantized_name} package"  # the config's fatal error
         named = missing.returncode != 0 and message in " ".join(missing.output.split())
@@ -303,7 +356,9 @@ def consumer_checks(out: Path, full: Installed, cmakes: list[Path], scratch: Pat
     return checks
 
 
-def _model_check(built: Any, out_file: Path, check: str, subject: str) -> Check:
+def _model_check(
+    built: Any, out_file: Path, check: str, subject: str, emulator: Emulator | None = None
+) -> Check:
     if built.returncode != 0:
         return Check(
             check=check,
@@ -313,8 +368,10 @@ def _model_check(built: Any, out_file: Path, check: str, subject: str) -> Check:
             status=Status.FAIL,
             detail=built.output.strip().splitlines()[-1] if built.output else "",
         )
-    run = run_model(built.runner, out_file)
+    run = run_model(built.runner, out_file, emulator)
     same = run.returncode == 0 and out_file.read_bytes() == expected_output()
+    if emulator is not None:
+        subject += f", under qemu-{emulator.machine}"
     return Check(
         check=check,
         subject=subject,
@@ -325,19 +382,29 @@ def _model_check(built: Any, out_file: Path, check: str, subject: str) -> Check:
     )
 
 
-def relocation_check(full: Installed, cmakes: list[Path], scratch: Path) -> Check:
-    """A consumer installed beside the libraries still runs after the whole tree moves."""
+def relocation_check(
+    full: Installed, cmakes: list[Path], scratch: Path, emulator: Emulator | None = None
+) -> Check:
+    """A consumer installed beside the libraries still runs after the whole tree moves (with
+    `emulator`: cross-compiled, and run under it)."""
     modern = [c for c in cmakes if cmake_version(c) >= (3, 28)]
-    if not modern or full.quantized not in full.packages:
+    if full.quantized not in full.packages:
+        return skipped("relocation", "runs after a move", "needs the kernels-quantized package")
+    if not modern:
+        found = ", ".join(".".join(map(str, cmake_version(c))) for c in cmakes) or "none"
         return skipped(
             "relocation",
             "runs after a move",
-            "needs CMake >= 3.28 ($ORIGIN link options) and kernels-quantized",
+            f"needs CMake >= 3.28 ($ORIGIN link options; found {found}): pass --cmake with "
+            "one (pip install 'cmake>=3.28')",
         )
     copy = scratch / "relocate" / "before"
     shutil.copytree(full.root, copy, symlinks=True)
     prefix = copy / full.cmake_prefix.relative_to(full.root)
-    built = build_consumer(modern[0], scratch / "relocate-build", prefix=prefix, quantized=True)
+    toolchain = None if emulator is None else emulator.toolchain(scratch / "toolchain")
+    built = build_consumer(
+        modern[0], scratch / "relocate-build", prefix=prefix, quantized=True, toolchain=toolchain
+    )
     if built.returncode != 0:
         return Check(
             check="relocation",
@@ -354,7 +421,7 @@ def relocation_check(full: Installed, cmakes: list[Path], scratch: Path) -> Chec
     os.rename(copy, moved)
     runner = moved / full.home.relative_to(full.root) / "bin" / "runner"
     out_file = scratch / "relocate" / "out.bin"
-    run = run_model(runner, out_file)
+    run = run_model(runner, out_file, emulator)
     same = run.returncode == 0 and out_file.read_bytes() == expected_output()
     return Check(
         check="relocation",

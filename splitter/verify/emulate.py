@@ -1,0 +1,135 @@
+"""Running a Linux output of another architecture: qemu-user and a cross C++ compiler.
+
+An aarch64 library cannot load into an x86_64 process, so verify runs an output of another
+architecture's C++ checks as programs of that architecture under `qemu-<arch>`, whose `-L`
+names the cross libc and libstdc++ (Debian's `qemu-user` and `g++-aarch64-linux-gnu`; there
+may be no binfmt_misc, so qemu is always called explicitly). Programs are cross-compiled:
+the co-load matrix's loader (dlopen of each file in order, in a process of its own), and the
+C++ consumer through a CMake toolchain file whose CMAKE_CROSSCOMPILING_EMULATOR is the same
+qemu command. What needs torch or a Python of that architecture is not run here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+# conda subdir -> (uname machine, GNU triplet) of the Linux platforms an output can be for
+LINUX = {
+    "linux-64": ("x86_64", "x86_64-linux-gnu"),
+    "linux-aarch64": ("aarch64", "aarch64-linux-gnu"),
+}
+DEBIAN_PACKAGES = {"aarch64": "g++-aarch64-linux-gnu", "x86_64": "g++-x86-64-linux-gnu"}
+
+LOADER = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+/* Load each argument in order, RTLD_GLOBAL like the Python loaders; exit() runs the
+   libraries' static destructors, as at the end of any process. */
+int main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (!dlopen(argv[i], RTLD_NOW | RTLD_GLOBAL)) {
+            fprintf(stderr, "%s\n", dlerror());
+            return 1;
+        }
+    }
+    puts("loaded");
+    return 0;
+}
+"""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Emulator:
+    """qemu-user for one architecture, with a cross C++ compiler and its sysroot."""
+
+    machine: str  # aarch64
+    triplet: str  # aarch64-linux-gnu
+    qemu: Path
+    cxx: Path
+    sysroot: Path
+
+    def command(self, program: Path, *args: str) -> list[str]:
+        """The command that runs `program` (of this architecture) with `args`."""
+        return [str(self.qemu), "-L", str(self.sysroot), str(program), *args]
+
+    def toolchain(self, directory: Path) -> Path:
+        """A CMake toolchain file that cross-compiles for this architecture and runs what it
+        builds (try-runs included) under qemu."""
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{self.machine}.cmake"
+        emulator = ";".join((str(self.qemu), "-L", str(self.sysroot)))
+        path.write_text(
+            "set(CMAKE_SYSTEM_NAME Linux)\n"
+            f"set(CMAKE_SYSTEM_PROCESSOR {self.machine})\n"
+            f'set(CMAKE_CXX_COMPILER "{self.cxx}")\n'
+            f'set(CMAKE_CROSSCOMPILING_EMULATOR "{emulator}")\n'
+            "set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)\n"
+        )
+        return path
+
+    def loader(self, directory: Path) -> Path:
+        """The co-load loader, compiled for this architecture into `directory`."""
+        directory.mkdir(parents=True, exist_ok=True)
+        source, program = directory / "loader.c", directory / "loader"
+        source.write_text(LOADER)
+        built = subprocess.run(
+            [str(self.cxx), "-x", "c", str(source), "-o", str(program), "-ldl"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if built.returncode != 0:
+            raise RuntimeError(f"{self.cxx} could not build the loader: {built.stderr.strip()}")
+        return program
+
+
+def machine_of(subdir: str) -> str | None:
+    """The uname machine of a Linux conda subdir, else None."""
+    return LINUX[subdir][0] if subdir in LINUX else None
+
+
+def emulator_for(subdir: str, cross_cxx: Path | None = None) -> Emulator | str:
+    """The emulator for a Linux output of `subdir`, or why there is none, with what to
+    install: qemu-<arch> and a cross C++ compiler (`cross_cxx`, else <triplet>-g++ on
+    PATH)."""
+    if subdir not in LINUX:
+        return f"{subdir} programs cannot be emulated here"
+    machine, triplet = LINUX[subdir]
+    qemu = shutil.which(f"qemu-{machine}")
+    cxx = str(cross_cxx) if cross_cxx is not None else shutil.which(f"{triplet}-g++")
+    missing = []
+    if qemu is None:
+        missing.append(f"qemu-{machine} (Debian: apt-get install qemu-user)")
+    if cxx is None or not os.access(cxx, os.X_OK):
+        package = DEBIAN_PACKAGES.get(machine, f"g++ for {triplet}")
+        missing.append(f"{triplet}-g++ (Debian: apt-get install {package}; or --cross-cxx)")
+    if missing:
+        return f"{machine} programs run under emulation here, which needs " + " and ".join(missing)
+    assert qemu is not None and cxx is not None
+    sysroot = Path("/usr") / triplet
+    if not sysroot.is_dir():
+        printed = subprocess.run(
+            [cxx, "-print-sysroot"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+        sysroot = Path(printed or "/")
+    return Emulator(
+        machine=machine, triplet=triplet, qemu=Path(qemu), cxx=Path(cxx), sysroot=sysroot
+    )
+
+
+ELF_MACHINES = {62: "linux-64", 183: "linux-aarch64"}  # e_machine: EM_X86_64, EM_AARCH64
+
+
+def elf_subdir(libdir: Path) -> str | None:
+    """The Linux conda subdir of the libraries in `libdir` (their ELF e_machine), None when
+    there is no ELF library there."""
+    for library in sorted(libdir.glob("*.so*")):
+        with library.open("rb") as handle:
+            header = handle.read(20)
+        if header[:4] == b"\x7fELF" and len(header) == 20:
+            return ELF_MACHINES.get(int.from_bytes(header[18:20], "little"))
+    return None
