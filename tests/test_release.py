@@ -482,11 +482,14 @@ def test_wheelhouse(release_wheels: dict[str, list[Path]], tmp_path: Path) -> No
     from splitter.verify.run import Status, verify
 
     checks = verify(out, [torch_python()], [], 2, ("python",))
-    ran = [c for c in checks if c.check != "release"]
-    assert [(c.check, c.status) for c in ran] == [("model (Python)", Status.PASS)]
+    ran = [(c.check, c.subject, c.status) for c in checks if c.check != "release"]
+    assert ran == [
+        ("model (Python)", str(torch_python()), Status.PASS),
+        ("model (Python)", "linux-aarch64", Status.SKIP),  # the aarch64 export: not run here
+    ]
     reasons = [c.detail for c in checks if c.check == "release"]
-    assert len(reasons) == 9
-    assert sum("another machine" in r for r in reasons) == 5
+    assert len(reasons) == 8
+    assert sum("its C++ packages are checked with linux-aarch64" in r for r in reasons) == 4
     assert sum("needs CPython 3.1" in r for r in reasons) == 4
 
 
@@ -497,13 +500,21 @@ def test_verify_runs_what_this_machine_can_and_says_what_it_skipped(channel: Pat
 
     checks = verify(channel, [torch_python()], [cmake_executable("3.28")], 2, ("cmake", "python"))
     ran = [c for c in checks if c.check != "release"]
-    assert ran and all(c.status is Status.PASS for c in ran), ran
-    assert {c.check for c in ran} >= {"model (C++)", "model (Python)"}
+    emulated = [c for c in ran if "aarch64" in c.subject]
+    native = [c for c in ran if c not in emulated]
+    assert native and all(c.status is Status.PASS for c in native), native
+    assert {c.check for c in native} >= {"model (C++)", "model (Python)"}
+    # the first aarch64 export's environment: its C++ checks under qemu, its Python skipped
+    assert {(c.check, c.status) for c in emulated} == {
+        ("model (C++)", Status.PASS),
+        ("missing component", Status.PASS),
+        ("model (Python)", Status.SKIP),
+    }
     skipped = {c.subject: c.detail for c in checks if c.check == "release"}
     assert all(c.status is Status.SKIP for c in checks if c.check == "release")
-    assert len(skipped) == 9
+    assert len(skipped) == 8
     assert sum("needs CPython 3.1" in d for d in skipped.values()) == 4
-    assert sum("another machine" in d for d in skipped.values()) == 5
+    assert sum("its C++ packages are checked with" in d for d in skipped.values()) == 4
 
 
 def _runs_as(interpreter: str) -> str | None:
@@ -528,10 +539,13 @@ def test_verify_checks_each_python_it_finds(channel: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     checks = json.loads(result.stdout)["checks"]
     ran = [c for c in checks if c["check"] == "model (Python)"]
+    aarch64 = [c for c in ran if c["subject"] == "linux-aarch64"]  # not run here: skipped
+    assert len(aarch64) == 1 and aarch64[0]["status"] == "skip"
+    ran = [c for c in ran if c not in aarch64]
     assert {_runs_as(c["subject"]) for c in ran} == expected
     assert len(ran) == len(expected)
     skipped = [c for c in checks if c["check"] == "release"]
-    assert len(skipped) == 10 - len(expected)
+    assert len(skipped) == 9 - len(expected)
     for row in skipped:
         if row["subject"].startswith("linux-64,"):
             assert "on PATH" in row["detail"], row
@@ -543,9 +557,7 @@ def test_verify_runs_each_python_given(channel: Path) -> None:
     it). An interpreter that does not run is an error naming it."""
     from splitter.verify.run import Status, verify
 
-    pyenv = Path(os.environ.get("PYENV_ROOT", "/root/.pyenv")) / "versions"
-    candidates = [shutil.which(f"python{v}") for v in PYTHONS if v != "3.11"]
-    candidates += [str(p) for p in sorted(pyenv.glob("3.1[02-9]*/bin/python3.1*"))]
+    candidates = [shutil.which(f"python{v}") for v in PYTHONS if v != "3.11"]  # on PATH
     other = next((p for p in candidates if p and _runs_as(p) not in (None, "3.11")), None)
     if other is None:
         pytest.skip("no CPython but 3.11 runs here (on PATH or in pyenv's versions)")
@@ -554,7 +566,7 @@ def test_verify_runs_each_python_given(channel: Path) -> None:
     assert by_subject[str(torch_python())].status is Status.PASS
     assert by_subject[other].status is Status.SKIP
     assert "cannot import it" in by_subject[other].detail
-    assert sum(c.check == "release" for c in checks) == 8
+    assert sum(c.check == "release" for c in checks) == 7  # 3 linux-64, 4 linux-aarch64
     result = run_splitter("verify", str(channel), "--python", "/nonexistent/python3")
     assert result.returncode != 0
     assert "--python /nonexistent/python3 does not run" in result.stderr

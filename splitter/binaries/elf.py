@@ -93,12 +93,16 @@ def _analyse(path: str, data: bytes, registrations: bool) -> BinaryInfo:
     registry = Registry.NONE
     operators: tuple[str, ...] = ()
     schemas: tuple[str, ...] = ()
+    known = True
     if registrations:
         dynstr = named.get(".dynstr")
         strtab = dynstr.data() if dynstr is not None else b""
         registry = _registry_role(named, strtab)
         if registry and elf.elfclass == 64 and elf.little_endian:
             operators = _kernel_operators(elf, sections, data, machine)
+        # It calls register_kernels yet has no table: it builds its kernels in code (1.5.1's
+        # libcustom_ops_aot_lib.so, 11 of them), which tables cannot show. As for Mach-O.
+        known = bool(operators) or registry != Registry.USES
         if TORCH_DEF in strtab:
             schemas = _torch_schemas(named)
     return BinaryInfo(
@@ -111,6 +115,7 @@ def _analyse(path: str, data: bytes, registrations: bool) -> BinaryInfo:
         registry=registry,
         et_operators=operators,
         torch_schemas=schemas,
+        operators_known=known,
         unstamped_sha256=unstamped_digest(data, _build_id_spans(sections)),
     )
 

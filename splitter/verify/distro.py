@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from splitter.errors import ExternalToolError, UsageError
-from splitter.plan.facts import ARCHES
+from splitter.plan.facts import ARCHES, Arch
 from splitter.plan.report import RECORD
 from splitter.tools import need_tool, run_tool, tool_path
 
@@ -39,17 +39,23 @@ def _record(command: list[str], package: Path, stdin: Any = None) -> dict[str, A
 
 
 def records(out: Path, kind: str) -> dict[Path, dict[str, Any]]:
-    """Each .deb or .rpm of OUT and the exclusivity record it ships (its plan package)."""
+    """Each .deb or .rpm of OUT and the exclusivity record it ships (its plan package): this
+    machine's architecture's when OUT has them (a release's OUT holds both), else the other
+    Linux architecture's, whose programs verify runs under emulation
+    (splitter.verify.emulate)."""
     arch = ARCHES.get(platform.machine())
     if arch is None:
         raise UsageError(
             f"verify runs .{kind} packages on Linux x86_64 or aarch64, not {platform.machine()}: "
             f"{out}\nrun it on one of those machines"
         )
-    # a release's OUT holds both architectures; only this machine's can be installed and run
-    suffix = f"_{arch.deb}.deb" if kind == "deb" else f".{arch.machine}.rpm"
+
+    def suffix(arch: Arch) -> str:
+        return f"_{arch.deb}.deb" if kind == "deb" else f".{arch.machine}.rpm"
+
+    chosen = next((a for a in (arch, *ARCHES.values()) if any(out.glob(f"*{suffix(a)}"))), arch)
     found = {}
-    for package in sorted(out.glob(f"*{suffix}")):
+    for package in sorted(out.glob(f"*{suffix(chosen)}")):
         if kind == "deb":
             command = [need_tool("dpkg-deb", "dpkg", VERIFY), "--fsys-tarfile", str(package)]
             found[package] = _record(command, package)
@@ -60,8 +66,8 @@ def records(out: Path, kind: str) -> dict[Path, dict[str, Any]]:
                 found[package] = _record(command, package, stdin)
     if not found:
         raise UsageError(
-            f"no .{kind} for this machine ({arch.machine}) in the output: {out}\n"
-            f"build one from the {arch.machine} wheel (--platform) or verify on such a machine"
+            f"no .{kind} of a Linux architecture in the output: {out}\n"
+            "point verify at the -o directory of `splitter build --target deb|rpm`"
         )
     return found
 
@@ -85,6 +91,7 @@ def install_packages(kind: str, files: list[Path], root: Path) -> tuple[str, ...
             f"--instdir={root}",
             f"--admindir={admin}",
             "--force-not-root",
+            "--force-architecture",  # an arm64 root on amd64: its programs run under qemu
         ]
         first = subprocess.run(
             [*dpkg, "--install", *map(str, files)],
@@ -111,7 +118,7 @@ def install_packages(kind: str, files: list[Path], root: Path) -> tuple[str, ...
     base = [rpm, "--root", str(root), "--dbpath", "/var/lib/rpm"]
     run_tool("rpm could not create a database in a scratch root", [*base, "--initdb"])
     test = subprocess.run(
-        [*base, "-i", "--test", *map(str, files)],
+        [*base, "-i", "--test", "--ignorearch", *map(str, files)],
         env={**os.environ, "LC_ALL": "C.UTF-8"},
         capture_output=True,
         text=True,
@@ -119,7 +126,7 @@ def install_packages(kind: str, files: list[Path], root: Path) -> tuple[str, ...
     )
     run_tool(
         "rpm could not install the packages into a scratch root",
-        [*base, "-i", "--nodeps", *map(str, files)],
+        [*base, "-i", "--nodeps", "--ignorearch", *map(str, files)],
     )
     lines = (test.stderr + test.stdout).splitlines()
     return tuple(sorted({line.strip() for line in lines if " is needed by " in line}))

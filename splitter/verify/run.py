@@ -247,7 +247,7 @@ def _verify(
             checks.append(relocation_check(full, cmakes, scratch, emulator))
         if "python" in only and emulator is not None:
             reason = f"needs a CPython and torch built for {emulator.machine}: not run here"
-            checks.append(skipped("model (Python)", "identical output", reason))
+            checks.append(skipped("model (Python)", "identical output", reason, theirs or "-"))
         elif "python" in only:
             checks.append(python_check(full, python, torch_python))
         if "depends" in only and full.kind in ("deb", "rpm"):
@@ -324,6 +324,8 @@ def consumer_checks(
     for index, cmake in enumerate(cmakes):
         version = ".".join(map(str, cmake_version(cmake)))
         subject = f"CMake {version}"
+        if emulator is not None:
+            subject += f", {emulator.machine} under qemu"
         build = scratch / f"consumer-{index}"
         if has_quantized:
             built = build_consumer(
@@ -370,8 +372,6 @@ def _model_check(
         )
     run = run_model(built.runner, out_file, emulator)
     same = run.returncode == 0 and out_file.read_bytes() == expected_output()
-    if emulator is not None:
-        subject += f", under qemu-{emulator.machine}"
     return Check(
         check=check,
         subject=subject,
@@ -423,9 +423,10 @@ def relocation_check(
     out_file = scratch / "relocate" / "out.bin"
     run = run_model(runner, out_file, emulator)
     same = run.returncode == 0 and out_file.read_bytes() == expected_output()
+    where = "" if emulator is None else f", {emulator.machine} under qemu"
     return Check(
         check="relocation",
-        subject=f"{runner.relative_to(moved.parent)}",
+        subject=f"{runner.relative_to(moved.parent)}{where}",
         expected="runs after a move",
         outcome="identical" if same else "failed",
         status=Status.PASS if same else Status.FAIL,
