@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ from splitter.plan.recipe import load_recipe
 from splitter.targets.conda.build import build_conda
 from splitter.targets.tree import build_tree
 from splitter.targets.wheel import build_wheels
-from splitter.verify.run import verify
+from splitter.verify.run import Status, verify
 
 pytestmark = pytest.mark.integration
 
@@ -241,13 +242,22 @@ def test_verify_dup_conda_cli(outputs: dict[str, dict[str, Path]]) -> None:
 
 
 def test_verify_real_wheel_output(outputs: dict[str, dict[str, Path]]) -> None:
-    checks = verify(outputs["real"]["wheel"], [torch_python()], [cmake_executable("3.24")])
+    """With every tool present (torch, a CMake before 3.28 and one that does relocation)
+    nothing is skipped, and every row passes: the whole matrix and each check per CMake."""
+    cmakes = [cmake_executable("3.24"), cmake_executable("3.28")]
+    checks = verify(outputs["real"]["wheel"], [torch_python()], cmakes)
+    assert [c for c in checks if c.status is not Status.PASS] == []
     coload = [c for c in checks if c.check == "co-load"]
-    assert len(coload) >= 2 * 55  # 11 files: 8 libraries, _C, 2 plugins
+    assert len(coload) == 11 * 10  # 11 files (8 libraries, _C, 2 plugins), both orders
     assert all(c.outcome == "coexist" for c in coload)
-    failed = [c for c in checks if c.status == "fail"]
-    assert failed == []
-    assert {c.check for c in checks} >= {"model (C++)", "missing component", "model (Python)"}
+    counts = Counter(c.check for c in checks if c.check != "co-load")
+    assert counts == {
+        "model (C++)": 2,
+        "missing component": 2,
+        "relocation": 1,
+        "model (Python)": 1,
+    }
+    assert len(checks) == 110 + 6
 
 
 def test_verify_fails_when_metadata_lies(

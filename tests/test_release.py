@@ -551,14 +551,34 @@ def test_verify_checks_each_python_it_finds(channel: Path) -> None:
             assert "on PATH" in row["detail"], row
 
 
+def other_pythons() -> list[str]:
+    """CPython interpreters of the release's other versions: python3.X on PATH, then those
+    pyenv (if it is on PATH) says it has installed, found through `pyenv prefix` (its shims
+    on PATH run only the versions pyenv has selected)."""
+    found = [p for v in PYTHONS if v != "3.11" and (p := shutil.which(f"python{v}"))]
+    pyenv = shutil.which("pyenv")
+    if pyenv is not None:
+        listed = subprocess.run(
+            [pyenv, "versions", "--bare"], capture_output=True, text=True, check=False
+        ).stdout.split()
+        for version in listed:
+            if ".".join(version.split(".")[:2]) in PYTHONS:
+                prefix = subprocess.run(
+                    [pyenv, "prefix", version], capture_output=True, text=True, check=False
+                ).stdout.strip()
+                minor = ".".join(version.split(".")[:2])
+                if prefix and Path(prefix, "bin", f"python{minor}").exists():
+                    found.append(str(Path(prefix, "bin", f"python{minor}")))
+    return found
+
+
 def test_verify_runs_each_python_given(channel: Path) -> None:
     """--python twice: the cp311 export with the torch venv (the model runs, identical output)
     and another CPython's export with that interpreter (no torch there: a skipped row naming
     it). An interpreter that does not run is an error naming it."""
     from splitter.verify.run import Status, verify
 
-    candidates = [shutil.which(f"python{v}") for v in PYTHONS if v != "3.11"]  # on PATH
-    other = next((p for p in candidates if p and _runs_as(p) not in (None, "3.11")), None)
+    other = next((p for p in other_pythons() if _runs_as(p) not in (None, "3.11")), None)
     if other is None:
         pytest.skip("no CPython but 3.11 runs here (on PATH or in pyenv's versions)")
     checks = verify(channel, [torch_python(), Path(other)], [], 2, ("python",))
