@@ -35,7 +35,7 @@ def outputs(real_wheel_aarch64: Path, tmp_path_factory: pytest.TempPathFactory) 
     need("aarch64-linux-gnu-g++")
     base = tmp_path_factory.mktemp("aarch64")
     built = {}
-    for target in ("conda", "deb", "tree"):
+    for target in ("conda", "deb", "rpm", "tree"):
         out = base / target
         command = [sys.executable, "-m", "splitter", "-q", "build", str(real_wheel_aarch64)]
         command += ["-t", target, "-o", str(out)]
@@ -68,7 +68,7 @@ def by_check(checks: list[Check]) -> dict[str, list[Check]]:
     return rows
 
 
-@pytest.mark.parametrize("target", ["conda", "deb"])
+@pytest.mark.parametrize("target", ["conda", "deb", "rpm"])
 def test_aarch64_output_runs_under_qemu(
     outputs: dict[str, Path], real_wheel_aarch64: Path, target: str, tmp_path: Path
 ) -> None:
@@ -87,7 +87,7 @@ def test_aarch64_output_runs_under_qemu(
     assert len(passed) == libraries * (libraries - 1)  # every ordered pair of the C++ libraries
     skips = {c.detail for c in checks if c.status is Status.SKIP}
     assert skips and all("aarch64" in reason for reason in skips), skips
-    if target == "deb":
+    if target in ("deb", "rpm"):
         assert rows["depends"][0].status is Status.PASS
 
 
