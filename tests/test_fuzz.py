@@ -572,8 +572,11 @@ def record(outcome: str) -> None:
         event(outcome)
 
 
-def plan_outcome(wheel: Path, recipe: Recipe) -> int:
-    """Plan in-process: 0 on success, else the SplitterError's exit code; anything else raises."""
+def plan_outcome(wheel: Path, recipe: Recipe, same_files_as: Path | None = None) -> int:
+    """Plan in-process: 0 on success, else the SplitterError's exit code; anything else raises.
+    With `same_files_as` (the wheel a byte mutant was made from): a mutant that plans must
+    hold the same files with the same bytes, since RECORD's digests are checked; one that
+    changed any is what must be refused."""
     try:
         plan = make_plan(wheel, recipe)
     except SplitterError as exc:
@@ -584,7 +587,19 @@ def plan_outcome(wheel: Path, recipe: Recipe) -> int:
     record("planned")
     # build_version is written into CMake comments and conda/wheel metadata verbatim.
     assert plan.build_version.isprintable() and plan.build_version.strip() == plan.build_version
+    if same_files_as is not None:
+        assert _contents(wheel) == _contents(same_files_as), "a mutant changed a file and planned"
     return 0
+
+
+def _contents(wheel: Path) -> dict[str, str]:
+    """Each member's name and sha256, read by zipfile (an independent reader)."""
+    with zipfile.ZipFile(wheel) as archive:
+        return {
+            info.filename: hashlib.sha256(archive.read(info)).hexdigest()
+            for info in archive.infolist()
+            if not info.is_dir()
+        }
 
 
 def cli_outcome(env: Env, wheel: Path) -> int:
@@ -642,10 +657,11 @@ def test_unmutated_archive_is_the_valid_wheel(env: Env) -> None:
 @settings(FUZZ, max_examples=1500)
 @given(data=st.data())
 def test_mutated_zip_bytes(env: Env, data: st.DataObject) -> None:
-    """Flipped, overwritten, inserted, deleted or truncated bytes of the wheel file."""
+    """Flipped, overwritten, inserted, deleted or truncated bytes of the wheel file: refused
+    with a SplitterError, or, if planned, holding exactly the original's files."""
     raw = env.wheel.read_bytes()
     wheel = scratch_wheel(env, data.draw(byte_edits(len(raw), zip_regions(raw))).apply(raw))
-    plan_outcome(wheel, env.recipe)
+    plan_outcome(wheel, env.recipe, same_files_as=env.wheel)
 
 
 @settings(FUZZ, max_examples=1200)
