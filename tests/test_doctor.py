@@ -147,10 +147,11 @@ def test_json_is_sorted_and_stable(mixed_prefix: Path) -> None:
     assert data["mode"] == "prefix" and data["target"] == str(mixed_prefix)
     paths = [x["path"] for x in data["libraries"]]
     assert paths == sorted(paths) and len(paths) == 7
-    # upstream's custom-ops plugin imports register_kernels but has no static Kernel table
-    assert {"registry": "uses", "operators": 0} in [
-        {"registry": x["registry"], "operators": x["operators"]} for x in data["libraries"]
-    ]
+    # upstream's custom-ops plugin imports register_kernels but has no static Kernel table: it
+    # builds its 11 kernels in code (tests/test_kernel_counts.py), so its count is unknown
+    custom = [x for x in data["libraries"] if x["path"].endswith("libcustom_ops_aot_lib.so")]
+    assert [(x["registry"], x["operators"]) for x in custom] == [("uses", None)]
+    assert any("operators unknown" in n and "libcustom_ops_aot_lib.so" in n for n in data["notes"])
     hazards = [(h["kind"], h["files"]) for h in data["hazards"]]
     assert hazards == sorted(hazards)
     again = json.dumps(diagnose_prefix(mixed_prefix).to_json(), sort_keys=True)

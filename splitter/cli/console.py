@@ -364,7 +364,8 @@ def show_diagnosis(diagnosis: Diagnosis, heading: bool = False) -> None:
         out.print(f"environment {diagnosis.target}", highlight=False)
     table = make_table("library", "soname", "registry", "operators")
     for library in diagnosis.libraries:
-        table.add_row(library.path, library.soname, library.registry, str(library.operators))
+        count = "unknown" if library.operators is None else str(library.operators)
+        table.add_row(library.path, library.soname, library.registry, count)
     out.print(table)
     for hazard in diagnosis.hazards:
         out.print(f"[red]hazard[/] {hazard.kind}: {hazard.message}", highlight=False)

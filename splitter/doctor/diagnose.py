@@ -46,7 +46,9 @@ class Library:
     path: str
     soname: str
     registry: Registry
-    operators: int  # entries of its static Kernel tables
+    # entries of its static Kernel tables; None when it registers kernels from code, which
+    # no table shows (the count is unknown, not 0)
+    operators: int | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -299,7 +301,7 @@ def _diagnosis(
             path=i.path,
             soname=i.soname,
             registry=i.registry,
-            operators=len(i.et_operators),
+            operators=len(i.et_operators) if i.operators_known else None,
         )
         for i in sorted(found, key=lambda i: i.path)
     )
