@@ -26,3 +26,10 @@ def stamp_layout(path: str, data: bytes) -> tuple[Spans, Spans]:
     if is_macho(data):
         return macho.stamp_layout(path, data)
     return elf.stamp_layout(path, data)
+
+
+def exported_symbols(path: str, data: bytes) -> frozenset[str]:
+    """The symbols the binary `data` exports to the programs and libraries linked with it."""
+    if is_macho(data):
+        return macho.exported_symbols(path, data)
+    return elf.exported_symbols(path, data)

@@ -290,3 +290,24 @@ def _build_id_spans(sections: list[Section]) -> Spans:
                 name_size = (note["n_namesz"] + 3) & ~3  # the name is padded to 4 bytes
                 return ((note["n_offset"] + 12 + name_size, note["n_descsz"]),)
     return ()
+
+
+def exported_symbols(path: str, data: bytes) -> frozenset[str]:
+    """The dynamic symbols the ELF file `data` defines for others to use: global or weak,
+    default or protected visibility, not undefined (what `nm -D --defined-only` lists, less
+    local and hidden ones); versioned names without their version."""
+    try:
+        elf = ELFFile(io.BytesIO(data))
+        symbols = elf.get_section_by_name(".dynsym")
+        if not isinstance(symbols, SymbolTableSection):
+            return frozenset()
+        return frozenset(
+            symbol.name
+            for symbol in symbols.iter_symbols()
+            if symbol.name
+            and symbol["st_shndx"] != "SHN_UNDEF"
+            and symbol["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK", "STB_GNU_UNIQUE")
+            and symbol["st_other"]["visibility"] in ("STV_DEFAULT", "STV_PROTECTED")
+        )
+    except (ELFError, struct.error, ValueError, ArithmeticError, AssertionError) as exc:
+        raise BinaryError(f"cannot read ELF ({exc or type(exc).__name__}): {path}") from exc

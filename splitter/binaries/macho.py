@@ -103,3 +103,9 @@ def stamp_layout(path: str, data: bytes) -> tuple[Spans, Spans]:
 
 def _stamped_spans(macho: MachO) -> Spans:
     return tuple(sorted(macho.stamps))
+
+
+def exported_symbols(path: str, data: bytes) -> frozenset[str]:
+    """The external symbols the Mach-O file `data` defines (its symbol table)."""
+    macho = read_macho(path, data)
+    return frozenset(symbols(macho, path, data)[0])

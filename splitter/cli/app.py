@@ -17,6 +17,7 @@ import typer
 from splitter.cli.console import (
     build_input,
     compute_input,
+    compute_plan,
     out,
     progress_bar,
     reporter,
@@ -277,6 +278,38 @@ def build(
         if verbose or (ctx.obj.verbose if isinstance(ctx.obj, GlobalOptions) else False):
             for path in built.written:
                 out.print(str(path), highlight=False, soft_wrap=True)
+
+
+@app.command("diff")
+def diff_command(
+    ctx: typer.Context,
+    old: Annotated[
+        str, typer.Argument(help="The old wheel: a .whl path or a requirement (executorch==1.5.0).")
+    ],
+    new: Annotated[str, typer.Argument(help="The new wheel, likewise.")],
+    recipe: RecipeOpt = None,
+    exit_code: Annotated[
+        bool,
+        typer.Option("--exit-code", help="Exit 1 when anything changed, 0 when nothing did."),
+    ] = False,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+    traceback: TracebackOpt = False,
+) -> None:
+    """Compare the splits of two wheels (the next upstream release): per package, the files
+    added, removed, changed and moved, the binaries' sonames, NEEDED, symbols and kernels,
+    the metadata, and whether what was built against OLD keeps working with NEW."""
+    from splitter.plan.diff import diff_json, diff_plans, report_lines
+
+    progress = show_progress(ctx, quiet, as_json)
+    found = diff_plans(compute_plan(old, recipe, progress), compute_plan(new, recipe, progress))
+    if as_json:
+        sys.stdout.write(json.dumps(diff_json(found), indent=2) + "\n")
+    else:
+        for line in report_lines(found):
+            out.print(line, highlight=False, markup=False)
+    if exit_code and found.changed:
+        raise typer.Exit(1)
 
 
 @app.command("verify")

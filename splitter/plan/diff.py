@@ -1,0 +1,412 @@
+"""`splitter diff OLD NEW`: what changed between two splits, package by package, for the
+packager's next upstream release.
+
+Both wheels are planned with the same recipe; each package of either split is compared:
+- files: added, removed, changed (their content), and moved (the same content at a new path,
+  or the same path now in another package; listed under the package that holds it now). A
+  binary whose bytes differ only in its build stamp (GNU build-id; LC_UUID and code
+  signature: BinaryInfo.unstamped_sha256) is not changed. The .dist-info directory is
+  compared under the new version's name.
+- binaries (changed, or kept with other facts): soname, NEEDED, RUNPATH, exported dynamic
+  symbols (read from both wheels again, verified), ExecuTorch kernel registrations, torch
+  operator schemas;
+- metadata: dependencies between the packages, external requirements, CMake components, and
+  the process-exclusivity verdicts the package is part of.
+Each package gets a verdict: unchanged; compatible (what was built against OLD keeps working
+with NEW: additions only); or incompatible, naming why (a removed library, symbol, kernel or
+CMake component, or a soname change), with what that means for pins.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from splitter.binaries.detect import exported_symbols
+from splitter.input.payload import Payload
+from splitter.model import BinaryInfo, PackagePlan, Plan
+from splitter.model import Verdict as Exclusive
+
+PINS = (
+    "programs and packages built against the old version need a rebuild: pin exactly "
+    "(conda run_exports max_pin='x.x.x', a deb shlibs/symbols bump, an rpm Requires on the "
+    "exact version)"
+)
+
+
+class Verdict(StrEnum):
+    """What a package's changes mean for what was built against the old one."""
+
+    UNCHANGED = "unchanged"
+    COMPATIBLE = "compatible"  # additions only: what was built against OLD works with NEW
+    INCOMPATIBLE = "incompatible"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Moved:
+    """A file at a new path or in another package, with the same content."""
+
+    old: str
+    new: str
+    old_package: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BinaryChange:
+    """How one binary kept at its path differs; empty fields did not change."""
+
+    path: str
+    soname: tuple[str, str] | None = None  # (old, new)
+    needed_added: tuple[str, ...] = ()
+    needed_removed: tuple[str, ...] = ()
+    runpath: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+    symbols_added: tuple[str, ...] = ()  # mangled, as the dynamic symbol table has them
+    symbols_removed: tuple[str, ...] = ()
+    kernels_added: tuple[str, ...] = ()
+    kernels_removed: tuple[str, ...] = ()
+    schemas_added: tuple[str, ...] = ()
+    schemas_removed: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        """Whether nothing but the bytes changed."""
+        return not any(
+            (
+                self.soname,
+                self.needed_added,
+                self.needed_removed,
+                self.runpath,
+                self.symbols_added,
+                self.symbols_removed,
+                self.kernels_added,
+                self.kernels_removed,
+                self.schemas_added,
+                self.schemas_removed,
+            )
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PackageDiff:
+    """One package's changes from the old split to the new."""
+
+    name: str
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+    moved: tuple[Moved, ...] = ()
+    binaries: tuple[BinaryChange, ...] = ()
+    metadata: tuple[str, ...] = ()  # one readable line each
+    verdict: Verdict = Verdict.UNCHANGED
+    reasons: tuple[str, ...] = ()  # why incompatible
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SplitDiff:
+    """Every package's changes between two splits."""
+
+    old: str  # the old wheel's file name
+    new: str
+    packages: tuple[PackageDiff, ...] = field(default_factory=tuple)
+
+    @property
+    def changed(self) -> bool:
+        """Whether anything differs."""
+        return any(p.verdict is not Verdict.UNCHANGED for p in self.packages)
+
+
+def diff_plans(old: Plan, new: Plan) -> SplitDiff:
+    """Compare the split of `old` with the split of `new` (see the module)."""
+    rename = (f"{old.wheel.dist_info}/", f"{new.wheel.dist_info}/")
+
+    def normal(path: str) -> str:
+        return rename[1] + path[len(rename[0]) :] if path.startswith(rename[0]) else path
+
+    before = _files(old, normal)  # path -> (package, sha256)
+    after = _files(new, normal)
+    old_binaries = {normal(b.path): b for b in old.binaries}
+    new_binaries = {b.path: b for b in new.binaries}
+    gone_by_sha: dict[str, list[str]] = defaultdict(list)
+    for path in sorted(set(before) - set(after)):
+        gone_by_sha[before[path][1]].append(path)
+
+    names = [p.name for p in old.packages] + [p.name for p in new.packages]
+    found: dict[str, dict[str, list[object]]] = {
+        name: defaultdict(list) for name in dict.fromkeys(names)
+    }
+    moved_away: set[str] = set()
+    for path in sorted(set(after) - set(before)):
+        package, sha = after[path]
+        sources = gone_by_sha.get(sha)
+        if sources:
+            source = sources.pop(0)
+            moved_away.add(source)
+            found[package]["moved"].append(
+                Moved(old=source, new=path, old_package=before[source][0])
+            )
+        else:
+            found[package]["added"].append(path)
+    for path in sorted(set(before) - set(after) - moved_away):
+        found[before[path][0]]["removed"].append(path)
+    changed_binaries: list[tuple[str, BinaryInfo, BinaryInfo]] = []
+    for path in sorted(set(before) & set(after)):
+        (was, old_sha), (now, new_sha) = before[path], after[path]
+        if was != now:
+            found[now]["moved"].append(Moved(old=path, new=path, old_package=was))
+        mine, theirs = old_binaries.get(path), new_binaries.get(path)
+        if old_sha == new_sha:
+            continue
+        if mine is not None and theirs is not None:
+            if mine.unstamped_sha256 != theirs.unstamped_sha256:
+                found[now]["changed"].append(path)
+            changed_binaries.append((path, mine, theirs))
+        else:
+            found[now]["changed"].append(path)
+    for path, change in _binary_changes(old, new, changed_binaries):
+        found[after[path][0]]["binaries"].append(change)
+    packages = []
+    for name, lists in found.items():
+        metadata = _metadata(_package(old, name), _package(new, name), old, new)
+        packages.append(_verdict(name, lists, metadata))
+    return SplitDiff(old=old.wheel.filename, new=new.wheel.filename, packages=tuple(packages))
+
+
+def _files(plan: Plan, normal: Callable[[str], str]) -> dict[str, tuple[str, str]]:
+    digests = {e.path: e.sha256 for e in plan.wheel.entries}
+    return {
+        normal(path): (owner[0], digests[path])
+        for path, owner in plan.owners.items()
+        if path in digests
+    }
+
+
+def _package(plan: Plan, name: str) -> PackagePlan | None:
+    return next((p for p in plan.packages if p.name == name), None)
+
+
+def _binary_changes(
+    old: Plan,
+    new: Plan,
+    pairs: list[tuple[str, BinaryInfo, BinaryInfo]],
+) -> list[tuple[str, BinaryChange]]:
+    """The facts that differ for each binary whose bytes changed, symbols read again."""
+    if not pairs:
+        return []
+    changes = []
+    with Payload(old.wheel) as before, Payload(new.wheel) as after:
+        for path, mine, theirs in pairs:
+            old_symbols = exported_symbols(mine.path, before.read(mine.path))
+            new_symbols = exported_symbols(theirs.path, after.read(theirs.path))
+            change = BinaryChange(
+                path=path,
+                soname=(mine.soname, theirs.soname) if mine.soname != theirs.soname else None,
+                needed_added=_added(mine.needed, theirs.needed),
+                needed_removed=_added(theirs.needed, mine.needed),
+                runpath=(mine.runpath, theirs.runpath) if mine.runpath != theirs.runpath else None,
+                symbols_added=_added(old_symbols, new_symbols),
+                symbols_removed=_added(new_symbols, old_symbols),
+                kernels_added=_added(mine.et_operators, theirs.et_operators),
+                kernels_removed=_added(theirs.et_operators, mine.et_operators),
+                schemas_added=_added(mine.torch_schemas, theirs.torch_schemas),
+                schemas_removed=_added(theirs.torch_schemas, mine.torch_schemas),
+            )
+            if not change.empty:
+                changes.append((path, change))
+    return changes
+
+
+def _added(before: Iterable[str], after: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted(set(after) - set(before)))
+
+
+def _metadata(
+    mine: PackagePlan | None, theirs: PackagePlan | None, old: Plan, new: Plan
+) -> tuple[str, ...]:
+    if mine is None or theirs is None:
+        return ("the package is new" if mine is None else "the package is gone",)
+    lines = []
+    for label, before, after in (
+        ("depends on", {d.name for d in mine.depends}, {d.name for d in theirs.depends}),
+        ("requires", {d.pip for d in mine.externals}, {d.pip for d in theirs.externals}),
+        ("CMake component", set(mine.cmake_components), set(theirs.cmake_components)),
+    ):
+        lines += [f"{label} {x}: added" for x in sorted(after - before)]
+        lines += [f"{label} {x}: removed" for x in sorted(before - after)]
+    verdicts = {_pair(v): v.in_effect for v in old.exclusive if mine.name in _owners(v)}
+    now = {_pair(v): v.in_effect for v in new.exclusive if theirs.name in _owners(v)}
+    for pair in sorted(set(verdicts) | set(now)):
+        was, is_ = verdicts.get(pair), now.get(pair)
+        if was != is_:
+            lines.append(f"process-exclusive {pair}: {_effect(was)} -> {_effect(is_)}")
+    return tuple(lines)
+
+
+def _pair(verdict: Exclusive) -> str:
+    names = (verdict.first.rsplit("/", 1)[-1], verdict.second.rsplit("/", 1)[-1])
+    return " + ".join(sorted(names))
+
+
+def _owners(verdict: Exclusive) -> tuple[str, str]:
+    return verdict.first_package, verdict.second_package
+
+
+def _effect(in_effect: bool | None) -> str:
+    return "absent" if in_effect is None else ("in effect" if in_effect else "not in effect")
+
+
+def _verdict(
+    name: str,
+    lists: dict[str, list[object]],
+    metadata: tuple[str, ...],
+) -> PackageDiff:
+    added = tuple(str(x) for x in lists["added"])
+    removed = tuple(str(x) for x in lists["removed"])
+    changed = tuple(str(x) for x in lists["changed"])
+    moved = tuple(x for x in lists["moved"] if isinstance(x, Moved))
+    binaries = tuple(x for x in lists["binaries"] if isinstance(x, BinaryChange))
+    reasons = [f"{p} removed" for p in removed]
+    for change in binaries:
+        if change.soname is not None:
+            reasons.append(f"{change.path}: soname {change.soname[0]} -> {change.soname[1]}")
+        if change.symbols_removed:
+            count = len(change.symbols_removed)
+            reasons.append(f"{change.path}: {count} exported symbols removed")
+        if change.kernels_removed:
+            reasons.append(f"{change.path}: kernels removed: {', '.join(change.kernels_removed)}")
+    reasons += [line for line in metadata if line.startswith("CMake component")]
+    reasons = [r for r in reasons if not r.endswith(": added")]
+    reasons += [
+        f"{m.new}: moved here from {m.old_package} (the old {m.old_package} conflicts with it)"
+        for m in moved
+        if m.old_package != name
+    ]
+    anything = added or removed or changed or moved or binaries or metadata
+    verdict = (
+        Verdict.INCOMPATIBLE if reasons else Verdict.COMPATIBLE if anything else Verdict.UNCHANGED
+    )
+    return PackageDiff(
+        name=name,
+        added=added,
+        removed=removed,
+        changed=changed,
+        moved=moved,
+        binaries=binaries,
+        metadata=metadata,
+        verdict=verdict,
+        reasons=tuple(reasons),
+    )
+
+
+def demangled(names: Iterable[str]) -> dict[str, str]:
+    """Each C++ name demangled by binutils' c++filt (a Mach-O name without its leading
+    underscore), itself where c++filt is not installed or leaves it as it is."""
+    ordered = sorted(set(names))
+    tool = shutil.which("c++filt")
+    if not ordered or tool is None:
+        return {name: name for name in ordered}
+    plain = [n[1:] if n.startswith("__Z") else n for n in ordered]
+    result = subprocess.run(
+        [tool], input="\n".join(plain) + "\n", capture_output=True, text=True, check=False
+    )
+    lines = result.stdout.splitlines()
+    if result.returncode != 0 or len(lines) != len(ordered):
+        return {name: name for name in ordered}
+    return dict(zip(ordered, lines, strict=True))
+
+
+def diff_json(found: SplitDiff) -> dict[str, object]:
+    """The diff as `--json` prints it: `from`, `to`, `changed`, and `packages` mapping each
+    package name to its verdict, reasons, added, removed, changed and moved entries, metadata
+    lines and binaries (symbols demangled, with the mangled name)."""
+    names = demangled(
+        s for p in found.packages for b in p.binaries for s in b.symbols_added + b.symbols_removed
+    )
+
+    def symbols(listed: tuple[str, ...]) -> list[dict[str, str]]:
+        return [{"name": names[s], "mangled": s} for s in listed]
+
+    def pair(value: tuple[object, object] | None) -> dict[str, object] | None:
+        return None if value is None else {"from": value[0], "to": value[1]}
+
+    return {
+        "from": found.old,
+        "to": found.new,
+        "changed": found.changed,
+        "packages": {
+            p.name: {
+                "verdict": str(p.verdict),
+                "reasons": list(p.reasons),
+                "pins": PINS if p.verdict is Verdict.INCOMPATIBLE else "",
+                "added": list(p.added),
+                "removed": list(p.removed),
+                "changed": list(p.changed),
+                "moved": [
+                    {"from": m.old, "to": m.new, "from_package": m.old_package} for m in p.moved
+                ],
+                "metadata": list(p.metadata),
+                "binaries": [
+                    {
+                        "path": b.path,
+                        "soname": pair(b.soname),
+                        "needed_added": list(b.needed_added),
+                        "needed_removed": list(b.needed_removed),
+                        "runpath": pair(b.runpath),
+                        "symbols_added": symbols(b.symbols_added),
+                        "symbols_removed": symbols(b.symbols_removed),
+                        "kernels_added": list(b.kernels_added),
+                        "kernels_removed": list(b.kernels_removed),
+                        "schemas_added": list(b.schemas_added),
+                        "schemas_removed": list(b.schemas_removed),
+                    }
+                    for b in p.binaries
+                ],
+            }
+            for p in found.packages
+        },
+    }
+
+
+def report_lines(found: SplitDiff, limit: int = 10) -> list[str]:
+    """The readable report: a line per package with its verdict (and nothing more when it is
+    unchanged), then what changed; long lists show their first `limit` entries."""
+    names = demangled(
+        s for p in found.packages for b in p.binaries for s in b.symbols_added + b.symbols_removed
+    )
+    lines = [f"{found.old} -> {found.new}"]
+
+    def listed(mark: str, label: str, items: Iterable[str]) -> None:
+        items = list(items)
+        for item in items[:limit]:
+            lines.append(f"  {mark} {label}{item}")
+        if len(items) > limit:
+            lines.append(f"  {mark} {label}... and {len(items) - limit} more")
+
+    for package in found.packages:
+        lines.append(f"{package.name}: {package.verdict}")
+        lines += [f"  incompatible: {reason}" for reason in package.reasons]
+        if package.verdict is Verdict.INCOMPATIBLE:
+            lines.append(f"  pins: {PINS}")
+        listed("+", "", package.added)
+        listed("-", "", package.removed)
+        listed("~", "", package.changed)
+        listed(">", "", (f"{m.old} -> {m.new} (was in {m.old_package})" for m in package.moved))
+        lines += [f"  * {line}" for line in package.metadata]
+        for b in package.binaries:
+            lines.append(f"  binary {b.path}:")
+            if b.soname is not None:
+                lines.append(f"    soname {b.soname[0]} -> {b.soname[1]}")
+            if b.runpath is not None:
+                lines.append(f"    RUNPATH {':'.join(b.runpath[0])} -> {':'.join(b.runpath[1])}")
+            listed("  + NEEDED", " ", b.needed_added)
+            listed("  - NEEDED", " ", b.needed_removed)
+            listed("  + symbol", " ", (names[s] for s in b.symbols_added))
+            listed("  - symbol", " ", (names[s] for s in b.symbols_removed))
+            listed("  + kernel", " ", b.kernels_added)
+            listed("  - kernel", " ", b.kernels_removed)
+            listed("  + schema", " ", b.schemas_added)
+            listed("  - schema", " ", b.schemas_removed)
+    return lines

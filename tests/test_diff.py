@@ -1,0 +1,219 @@
+"""`splitter diff OLD NEW` on the real 1.5.0 and 1.5.1 wheels and on small wheels built for one
+kind of change each; every symbol finding is checked against binutils (`nm -D`)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+from builders import make_wheel, run_splitter
+from conftest import _download
+
+from splitter.plan.diff import Verdict, diff_plans
+from splitter.plan.make import make_plan
+from splitter.plan.recipe import load_recipe
+
+pytestmark = pytest.mark.integration
+
+PACKAGES = ("executorch-runtime", "executorch-kernels-quantized", "executorch-export")
+
+
+@pytest.fixture(scope="module")
+def wheel_150() -> Path:
+    return _download("executorch==1.5.0", None)
+
+
+def nm_defined(wheel: Path, member: str, scratch: Path) -> set[str]:
+    """`nm -D --defined-only` of a member: its exported dynamic symbols, by binutils."""
+    copy = scratch / f"{wheel.stem}-{Path(member).name}"
+    with zipfile.ZipFile(wheel) as archive:
+        copy.write_bytes(archive.read(member))
+    listing = subprocess.run(
+        ["nm", "-D", "--defined-only", str(copy)], capture_output=True, text=True, check=True
+    ).stdout
+    symbols = set()
+    for line in listing.splitlines():
+        fields = line.split()
+        if len(fields) == 3 and fields[1] not in ("t", "d", "b", "r"):  # global or weak
+            symbols.add(fields[2].split("@")[0])
+    return symbols
+
+
+def test_real_upgrade(wheel_150: Path, real_wheel: Path, tmp_path: Path) -> None:
+    """1.5.0 -> 1.5.1: the JSON has the documented shape, every binary listed as changed
+    differs beyond its build-id, its symbol changes are nm's, and --exit-code says 1."""
+    result = run_splitter("diff", str(wheel_150), str(real_wheel), "--json", "--exit-code")
+    assert result.returncode == 1, result.stderr
+    report = json.loads(result.stdout)
+    assert report["from"] == wheel_150.name and report["to"] == real_wheel.name
+    assert set(report["packages"]) == set(PACKAGES)
+    plans = make_plan(wheel_150, load_recipe()), make_plan(real_wheel, load_recipe())
+    unstamped = [{b.path: b.unstamped_sha256 for b in p.binaries} for p in plans]
+    for name, package in report["packages"].items():
+        assert set(package) >= {"verdict", "added", "removed", "changed", "moved", "binaries"}
+        assert package["verdict"] in ("unchanged", "compatible", "incompatible")
+        for path in package["changed"]:
+            if path in unstamped[1] and path in unstamped[0]:
+                assert unstamped[0][path] != unstamped[1][path], path  # not a stamp only
+        for binary in package["binaries"]:
+            path = binary["path"]
+            old = nm_defined(wheel_150, path, tmp_path)
+            new = nm_defined(real_wheel, path, tmp_path)
+            added = {s["mangled"] for s in binary["symbols_added"]}
+            removed = {s["mangled"] for s in binary["symbols_removed"]}
+            assert added == new - old, path
+            assert removed == old - new, path
+            if removed:
+                assert package["verdict"] == "incompatible", name
+
+
+def test_same_wheel_has_no_changes(real_wheel: Path) -> None:
+    text = run_splitter("diff", str(real_wheel), str(real_wheel), "--exit-code")
+    assert text.returncode == 0, text.stderr
+    for name in PACKAGES:
+        assert f"{name}: unchanged" in text.stdout
+    report = json.loads(run_splitter("diff", str(real_wheel), str(real_wheel), "--json").stdout)
+    assert report["changed"] is False
+    assert {p["verdict"] for p in report["packages"].values()} == {"unchanged"}
+
+
+def test_bad_input_is_named_and_nothing_is_written(tmp_path: Path, real_wheel: Path) -> None:
+    missing = tmp_path / "executorch-1.5.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    result = run_splitter("diff", str(missing), str(real_wheel), cwd=tmp_path)
+    assert result.returncode != 0 and str(missing) in result.stderr
+    assert result.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+# --- small wheels, one kind of change each --------------------------------------------------
+
+LIBRARY = r"""
+typedef struct { const char *name; const char *key; void (*fn)(void); } Kernel;
+typedef struct { const Kernel *data; unsigned long size; } Span;
+extern void register_kernels(Span)
+    __asm__("_ZN10executorch7runtime16register_kernelsENS0_4SpanIKNS0_6KernelEEE");
+static void add_out(void) {}
+static void mul_out(void) {}
+static const Kernel kernels[] = {
+  {"quantized_decomposed::add.out", 0, add_out},
+  KERNELS
+};
+__attribute__((constructor)) static void init(void) {
+  Span span = {kernels, sizeof kernels / sizeof kernels[0]};
+  register_kernels(span);
+}
+EXPORTS
+"""
+
+RECIPE = """\
+[recipe]
+project = "executorch"
+default_version = "1.5.1"
+supported_versions = ">=1.5,<1.6"
+
+[packages.executorch-runtime]
+summary = "runtime"
+
+[packages.executorch-export]
+summary = "export"
+python = true
+
+[[rules]]
+glob = ["executorch/lib/*.so*", "executorch/include/**"]
+package = "executorch-runtime"
+reason = "the C++ side"
+
+[[rules]]
+glob = ["executorch/**", "executorch-*.dist-info/**"]
+exclude = ["executorch/lib/**", "executorch/include/**"]
+package = "executorch-export"
+reason = "the Python side"
+
+[components]
+runtime = { library = "libexecutorch.so" }
+
+[system]
+sonames = ["libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "ld-linux-x86-64.so.2"]
+"""
+
+
+def library(directory: Path, kernels: str, exports: str, soname: str) -> bytes:
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        pytest.skip("no C compiler to build the libraries")
+    source = directory / f"{abs(hash((kernels, exports, soname)))}.c"
+    source.write_text(LIBRARY.replace("KERNELS", kernels).replace("EXPORTS", exports))
+    out = source.with_suffix(".so")
+    subprocess.run(
+        [gcc, "-shared", "-fPIC", "-O1", f"-Wl,-soname,{soname}", "-o", str(out), str(source)],
+        check=True,
+    )
+    return out.read_bytes()
+
+
+def small(directory: Path, version: str, lib: bytes, python_file: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    return make_wheel(
+        directory,
+        {
+            "executorch/lib/libexecutorch.so": lib,
+            "executorch/include/executorch.h": b"#pragma once\n",
+            python_file: b"VALUE = 1\n",
+        },
+        version=version,
+    )
+
+
+def test_each_kind_of_change(tmp_path: Path) -> None:
+    """A removed symbol, a new kernel, a soname change and a file moved to another package,
+    each found, each confirmed by binutils, and the runtime judged incompatible."""
+    recipe_path = tmp_path / "recipe.toml"
+    recipe_path.write_text(RECIPE)
+    recipe = load_recipe(recipe_path)
+    old_lib = library(
+        tmp_path,
+        "",
+        "int kept(void) { return 1; }\nint dropped(void) { return 2; }",
+        "libexecutorch.so",
+    )
+    new_lib = library(
+        tmp_path,
+        '{"quantized_decomposed::mul.out", 0, mul_out},',
+        "int kept(void) { return 1; }\nint fresh(void) { return 3; }",
+        "libexecutorch.so.2",
+    )
+    old = small(tmp_path / "old", "1.5.0", old_lib, "executorch/exir/moved.py")
+    new = small(tmp_path / "new", "1.5.1", new_lib, "executorch/include/moved.py")
+    found = diff_plans(make_plan(old, recipe), make_plan(new, recipe))
+    runtime = next(p for p in found.packages if p.name == "executorch-runtime")
+    (binary,) = runtime.binaries
+    assert binary.soname == ("libexecutorch.so", "libexecutorch.so.2")
+    old_nm = nm_defined(old, "executorch/lib/libexecutorch.so", tmp_path)
+    new_nm = nm_defined(new, "executorch/lib/libexecutorch.so", tmp_path)
+    assert set(binary.symbols_removed) == old_nm - new_nm == {"dropped"}
+    assert set(binary.symbols_added) == new_nm - old_nm == {"fresh"}
+    assert binary.kernels_added == ("quantized_decomposed::mul.out",)
+    assert [(m.old, m.new, m.old_package) for m in runtime.moved] == [
+        ("executorch/exir/moved.py", "executorch/include/moved.py", "executorch-export")
+    ]
+    assert runtime.verdict is Verdict.INCOMPATIBLE
+    assert any("soname" in r for r in runtime.reasons)
+    assert any("exported symbols removed" in r for r in runtime.reasons)
+    export = next(p for p in found.packages if p.name == "executorch-export")
+    assert export.removed == () and export.moved == ()  # it moved out: listed where it went
+    # an addition alone is compatible
+    added = library(
+        tmp_path,
+        "",
+        "int kept(void) { return 1; }\nint dropped(void) { return 2; }\n"
+        "int more(void) { return 4; }",
+        "libexecutorch.so",
+    )
+    grown = small(tmp_path / "grown", "1.5.1", added, "executorch/exir/moved.py")
+    found = diff_plans(make_plan(old, recipe), make_plan(grown, recipe))
+    runtime = next(p for p in found.packages if p.name == "executorch-runtime")
+    assert runtime.verdict is Verdict.COMPATIBLE, runtime.reasons
+    assert runtime.binaries[0].symbols_added == ("more",)
