@@ -217,3 +217,27 @@ def test_each_kind_of_change(tmp_path: Path) -> None:
     runtime = next(p for p in found.packages if p.name == "executorch-runtime")
     assert runtime.verdict is Verdict.COMPATIBLE, runtime.reasons
     assert runtime.binaries[0].symbols_added == ("more",)
+
+
+def test_one_pair_per_platform_and_python(real_wheel: Path, real_wheel_aarch64: Path) -> None:
+    """--platform/--python: a comparison per pair; wheels of two platforms are refused."""
+    result = run_splitter(
+        "-q",
+        "diff",
+        "executorch==1.5.0",
+        "executorch==1.5.1",
+        "--platform",
+        "linux-64,linux-aarch64",
+        "--python",
+        "3.11",
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    pairs = json.loads(result.stdout)["pairs"]
+    machines = [(p["from"].endswith("_x86_64.whl"), p["to"].endswith("_x86_64.whl")) for p in pairs]
+    assert machines == [(True, True), (False, False)]
+    assert pairs[1]["to"].endswith("_aarch64.whl")
+    assert all(p["from"].startswith("executorch-1.5.0-") for p in pairs)
+    mixed = run_splitter("diff", str(real_wheel), str(real_wheel_aarch64))
+    assert mixed.returncode != 0 and "compare wheels of one platform" in mixed.stderr
+    assert mixed.stdout == ""

@@ -17,7 +17,6 @@ import typer
 from splitter.cli.console import (
     build_input,
     compute_input,
-    compute_plan,
     out,
     progress_bar,
     reporter,
@@ -31,7 +30,7 @@ from splitter.cli.console import (
 from splitter.cli.graph import GraphFormat, render_graph
 from splitter.errors import SplitterError, UsageError
 from splitter.manifest import NAME as MANIFEST
-from splitter.model import CondaBackend, Only, Rpath
+from splitter.model import CondaBackend, Only, Plan, Rpath
 from splitter.plan.release import Release, ReleasePlanning
 from splitter.plan.report import plan_json, release_json
 from splitter.plan.request import check_build_request, check_plan_request
@@ -287,7 +286,16 @@ def diff_command(
         str, typer.Argument(help="The old wheel: a .whl path or a requirement (executorch==1.5.0).")
     ],
     new: Annotated[str, typer.Argument(help="The new wheel, likewise.")],
-    recipe: RecipeOpt = None,
+    recipe: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--recipe",
+            help="Recipe TOML (default: the shipped one); given twice, the old wheel's then "
+            "the new one's.",
+        ),
+    ] = None,
+    python: PythonOpt = None,
+    platform: PlatformOpt = None,
     exit_code: Annotated[
         bool,
         typer.Option("--exit-code", help="Exit 1 when anything changed, 0 when nothing did."),
@@ -298,18 +306,36 @@ def diff_command(
 ) -> None:
     """Compare the splits of two wheels (the next upstream release): per package, the files
     added, removed, changed and moved, the binaries' sonames, NEEDED, symbols and kernels,
-    the metadata, and whether what was built against OLD keeps working with NEW."""
-    from splitter.plan.diff import diff_json, diff_plans, report_lines
+    the metadata, and whether what was built against OLD keeps working with NEW. With
+    --python/--platform, one comparison per platform and Python."""
+    from splitter.plan.diff import diff_json, diff_plans, pair_plans, report_lines
 
+    recipes: list[Path | None] = [*recipe] if recipe else [None]
+    if len(recipes) > 2:
+        raise UsageError("--recipe is given once (both wheels) or twice (old, then new)")
     progress = show_progress(ctx, quiet, as_json)
-    found = diff_plans(compute_plan(old, recipe, progress), compute_plan(new, recipe, progress))
+    paths = recipes * 2 if len(recipes) == 1 else recipes
+    sides = [
+        _plans_of(compute_input([spec], recipe_path, progress, python, platform))
+        for spec, recipe_path in zip((old, new), paths, strict=True)
+    ]
+    found = [diff_plans(before, after) for before, after in pair_plans(*sides)]
     if as_json:
-        sys.stdout.write(json.dumps(diff_json(found), indent=2) + "\n")
+        shown = diff_json(found[0]) if len(found) == 1 else {"pairs": [diff_json(f) for f in found]}
+        sys.stdout.write(json.dumps(shown, indent=2) + "\n")
     else:
-        for line in report_lines(found):
-            out.print(line, highlight=False, markup=False)
-    if exit_code and found.changed:
+        for index, comparison in enumerate(found):
+            if index:
+                out.print("")
+            for line in report_lines(comparison):
+                out.print(line, highlight=False, markup=False)
+    if exit_code and any(f.changed for f in found):
         raise typer.Exit(1)
+
+
+def _plans_of(result: Plan | Release) -> list[Plan]:
+    """The plans of one wheel or of a release's wheels."""
+    return [result] if isinstance(result, Plan) else [p for g in result.groups for p in g.plans]
 
 
 @app.command("verify")

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from splitter.binaries.detect import exported_symbols
+from splitter.errors import UsageError
 from splitter.input.payload import Payload
 from splitter.model import BinaryInfo, PackagePlan, Plan
 from splitter.model import Verdict as Exclusive
@@ -410,3 +411,31 @@ def report_lines(found: SplitDiff, limit: int = 10) -> list[str]:
             listed("  + schema", " ", b.schemas_added)
             listed("  - schema", " ", b.schemas_removed)
     return lines
+
+
+def pair_plans(olds: list[Plan], news: list[Plan]) -> list[tuple[Plan, Plan]]:
+    """The old and new plans paired by platform and Python (one pair per wheel of
+    --platform/--python), in the new ones' order; a UsageError names a wheel without its
+    counterpart."""
+    if len(olds) == len(news) == 1:
+        was, now = olds[0].platform.conda_subdir, news[0].platform.conda_subdir
+        if was != now:
+            raise UsageError(
+                f"OLD is a {was} wheel and NEW a {now} one: {olds[0].wheel.filename}, "
+                f"{news[0].wheel.filename}\ncompare wheels of one platform"
+            )
+        return [(olds[0], news[0])]
+
+    def key(plan: Plan) -> tuple[str, tuple[int, int]]:
+        return plan.platform.conda_subdir, plan.platform.python
+
+    before = {key(p): p for p in olds}
+    after = {key(p): p for p in news}
+    lonely = [p.wheel.filename for p in olds if key(p) not in after]
+    lonely += [p.wheel.filename for p in news if key(p) not in before]
+    if lonely:
+        raise UsageError(
+            f"no counterpart of the same platform and Python on the other side: {', '.join(lonely)}"
+            "\ngive OLD and NEW for the same platforms and Pythons"
+        )
+    return [(before[key(p)], p) for p in news]
