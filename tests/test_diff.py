@@ -241,3 +241,24 @@ def test_one_pair_per_platform_and_python(real_wheel: Path, real_wheel_aarch64: 
     mixed = run_splitter("diff", str(real_wheel), str(real_wheel_aarch64))
     assert mixed.returncode != 0 and "compare wheels of one platform" in mixed.stderr
     assert mixed.stdout == ""
+
+
+def test_abi_adds_abidiffs_report(wheel_150: Path, real_wheel: Path) -> None:
+    """--abi: abidiff on each changed ELF library; the threadpool's added symbol is an ABI
+    change abidiff sees, and the report says the wheels carry no debug info."""
+    if shutil.which("abidiff") is None:
+        pytest.skip("abidiff is not installed (Debian: abigail-tools)")
+    result = run_splitter("-q", "diff", str(wheel_150), str(real_wheel), "--abi", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    abi = {r["path"]: r for r in report["abi"]}
+    changed = {p for package in report["packages"].values() for p in package["changed"]}
+    assert set(abi) <= changed | {
+        b["path"] for p in report["packages"].values() for b in p["binaries"]
+    }
+    threadpool = abi["executorch/lib/libexecutorch_threadpool.so"]
+    assert threadpool["status"] & 4 and not threadpool["status"] & 3
+    assert "_ZN10executorch9extension16get_thread_countEv" in threadpool["report"]
+    assert threadpool["debug_info"] is False and "symbols only" in threadpool["summary"]
+    text = run_splitter("-q", "diff", str(wheel_150), str(real_wheel), "--abi")
+    assert "abidiff executorch/lib/libexecutorch_threadpool.so: ABI change" in text.stdout

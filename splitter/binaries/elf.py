@@ -311,3 +311,12 @@ def exported_symbols(path: str, data: bytes) -> frozenset[str]:
         )
     except (ELFError, struct.error, ValueError, ArithmeticError, AssertionError) as exc:
         raise BinaryError(f"cannot read ELF ({exc or type(exc).__name__}): {path}") from exc
+
+
+def has_debug_info(data: bytes) -> bool:
+    """Whether the ELF file `data` has DWARF (a .debug_info section), which abidiff needs to
+    compare type layouts; False for anything that does not read as ELF."""
+    try:
+        return ELFFile(io.BytesIO(data)).get_section_by_name(".debug_info") is not None
+    except (ELFError, struct.error, ValueError, ArithmeticError, AssertionError):
+        return False

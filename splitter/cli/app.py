@@ -300,6 +300,10 @@ def diff_command(
         bool,
         typer.Option("--exit-code", help="Exit 1 when anything changed, 0 when nothing did."),
     ] = False,
+    abi: Annotated[
+        bool,
+        typer.Option("--abi", help="Add libabigail's abidiff report for each changed ELF library."),
+    ] = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
     traceback: TracebackOpt = False,
@@ -308,7 +312,7 @@ def diff_command(
     added, removed, changed and moved, the binaries' sonames, NEEDED, symbols and kernels,
     the metadata, and whether what was built against OLD keeps working with NEW. With
     --python/--platform, one comparison per platform and Python."""
-    from splitter.plan.diff import diff_json, diff_plans, pair_plans, report_lines
+    from splitter.plan.diff import abi_reports, diff_json, diff_plans, pair_plans, report_lines
 
     recipes: list[Path | None] = [*recipe] if recipe else [None]
     if len(recipes) > 2:
@@ -319,15 +323,18 @@ def diff_command(
         _plans_of(compute_input([spec], recipe_path, progress, python, platform))
         for spec, recipe_path in zip((old, new), paths, strict=True)
     ]
-    found = [diff_plans(before, after) for before, after in pair_plans(*sides)]
+    pairs = pair_plans(*sides)
+    found = [diff_plans(before, after) for before, after in pairs]
+    abis = [abi_reports(*pair, f) if abi else [] for pair, f in zip(pairs, found, strict=True)]
     if as_json:
-        shown = diff_json(found[0]) if len(found) == 1 else {"pairs": [diff_json(f) for f in found]}
-        sys.stdout.write(json.dumps(shown, indent=2) + "\n")
+        shown = [diff_json(f, a if abi else None) for f, a in zip(found, abis, strict=True)]
+        sys.stdout.write(json.dumps(shown[0] if len(shown) == 1 else {"pairs": shown}, indent=2))
+        sys.stdout.write("\n")
     else:
-        for index, comparison in enumerate(found):
+        for index, (comparison, reports) in enumerate(zip(found, abis, strict=True)):
             if index:
                 out.print("")
-            for line in report_lines(comparison):
+            for line in report_lines(comparison, reports):
                 out.print(line, highlight=False, markup=False)
     if exit_code and any(f.changed for f in found):
         raise typer.Exit(1)

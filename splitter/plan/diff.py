@@ -21,16 +21,20 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 
 from splitter.binaries.detect import exported_symbols
+from splitter.binaries.elf import has_debug_info
 from splitter.errors import UsageError
 from splitter.input.payload import Payload
 from splitter.model import BinaryInfo, PackagePlan, Plan
 from splitter.model import Verdict as Exclusive
+from splitter.tools import need_tool
 
 PINS = (
     "programs and packages built against the old version need a rebuild: pin exactly "
@@ -319,10 +323,11 @@ def demangled(names: Iterable[str]) -> dict[str, str]:
     return dict(zip(ordered, lines, strict=True))
 
 
-def diff_json(found: SplitDiff) -> dict[str, object]:
+def diff_json(found: SplitDiff, abi: list[AbiReport] | None = None) -> dict[str, object]:
     """The diff as `--json` prints it: `from`, `to`, `changed`, and `packages` mapping each
     package name to its verdict, reasons, added, removed, changed and moved entries, metadata
-    lines and binaries (symbols demangled, with the mangled name)."""
+    lines and binaries (symbols demangled, with the mangled name); with `abi`, abidiff's
+    reports under `abi`."""
     names = demangled(
         s for p in found.packages for b in p.binaries for s in b.symbols_added + b.symbols_removed
     )
@@ -333,7 +338,7 @@ def diff_json(found: SplitDiff) -> dict[str, object]:
     def pair(value: tuple[object, object] | None) -> dict[str, object] | None:
         return None if value is None else {"from": value[0], "to": value[1]}
 
-    return {
+    shown: dict[str, object] = {
         "from": found.old,
         "to": found.new,
         "changed": found.changed,
@@ -369,11 +374,26 @@ def diff_json(found: SplitDiff) -> dict[str, object]:
             for p in found.packages
         },
     }
+    if abi is not None:
+        shown["abi"] = [
+            {
+                "path": r.path,
+                "status": r.status,
+                "summary": r.summary,
+                "debug_info": r.debug_info,
+                "report": r.report,
+            }
+            for r in abi
+        ]
+    return shown
 
 
-def report_lines(found: SplitDiff, limit: int = 10) -> list[str]:
+def report_lines(
+    found: SplitDiff, abi: list[AbiReport] | None = None, limit: int = 10
+) -> list[str]:
     """The readable report: a line per package with its verdict (and nothing more when it is
-    unchanged), then what changed; long lists show their first `limit` entries."""
+    unchanged), then what changed, then abidiff's findings per library (`abi`); long lists
+    show their first `limit` entries."""
     names = demangled(
         s for p in found.packages for b in p.binaries for s in b.symbols_added + b.symbols_removed
     )
@@ -410,6 +430,8 @@ def report_lines(found: SplitDiff, limit: int = 10) -> list[str]:
             listed("  - kernel", " ", b.kernels_removed)
             listed("  + schema", " ", b.schemas_added)
             listed("  - schema", " ", b.schemas_removed)
+    for report in abi or []:
+        lines.append(f"abidiff {report.path}: {report.summary}")
     return lines
 
 
@@ -439,3 +461,77 @@ def pair_plans(olds: list[Plan], news: list[Plan]) -> list[tuple[Plan, Plan]]:
             "\ngive OLD and NEW for the same platforms and Pythons"
         )
     return [(before[key(p)], p) for p in news]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AbiReport:
+    """libabigail's abidiff on one changed ELF library: its exit status bits, its report, and
+    whether the libraries carry the DWARF it needs to compare type layouts."""
+
+    path: str
+    status: int  # 0 none, 4 an ABI change, 8 (with 4) an incompatible one; 1, 2 its errors
+    report: str
+    debug_info: bool
+
+    @property
+    def summary(self) -> str:
+        """One line: what abidiff found, and what it could not see."""
+        found = (
+            "abidiff failed"
+            if self.status & 3
+            else "incompatible ABI change"
+            if self.status & 8
+            else "ABI change"
+            if self.status & 4
+            else "no ABI change"
+        )
+        if not self.debug_info:
+            found += (
+                " (no debug info in the libraries: abidiff compared their symbols only, "
+                "not type layouts)"
+            )
+        return found
+
+
+def abi_reports(old: Plan, new: Plan, found: SplitDiff) -> list[AbiReport]:
+    """abidiff (Debian: abigail-tools) on each changed ELF library of `found`, both copies
+    read again from their wheels (verified) into a temporary directory."""
+    tool = need_tool("abidiff", "abigail-tools", "diff --abi compares libraries with it")
+    elf = {b.path for b in new.binaries if not b.macho}
+    paths = sorted(
+        {c for p in found.packages for c in p.changed if c in elf}
+        | {b.path for p in found.packages for b in p.binaries if b.path in elf}
+    )
+    reports = []
+    with (
+        tempfile.TemporaryDirectory(prefix="splitter-abi-") as scratch,
+        Payload(old.wheel) as before,
+        Payload(new.wheel) as after,
+    ):
+        for index, path in enumerate(paths):
+            copies = []
+            for side, payload in (("old", before), ("new", after)):
+                target = Path(scratch, f"{index}-{side}", Path(path).name)
+                target.parent.mkdir()
+                target.write_bytes(
+                    payload.read(_old_path(old, new, path) if side == "old" else path)
+                )
+                copies.append(target)
+            run = subprocess.run(
+                [tool, str(copies[0]), str(copies[1])], capture_output=True, text=True, check=False
+            )
+            reports.append(
+                AbiReport(
+                    path=path,
+                    status=run.returncode,
+                    report=(run.stdout + run.stderr).strip(),
+                    debug_info=all(has_debug_info(c.read_bytes()) for c in copies),
+                )
+            )
+    return reports
+
+
+def _old_path(old: Plan, new: Plan, path: str) -> str:
+    """`path` of the new wheel as the old wheel names it (its .dist-info has the old version)."""
+    prefix = f"{new.wheel.dist_info}/"
+    return f"{old.wheel.dist_info}/{path[len(prefix) :]}" if path.startswith(prefix) else path
