@@ -236,17 +236,39 @@ def _metadata(
     lines = []
     for label, before, after in (
         ("depends on", {d.name for d in mine.depends}, {d.name for d in theirs.depends}),
-        ("requires", {d.pip for d in mine.externals}, {d.pip for d in theirs.externals}),
         ("CMake component", set(mine.cmake_components), set(theirs.cmake_components)),
     ):
         lines += [f"{label} {x}: added" for x in sorted(after - before)]
         lines += [f"{label} {x}: removed" for x in sorted(before - after)]
-    verdicts = {_pair(v): v.in_effect for v in old.exclusive if mine.name in _owners(v)}
-    now = {_pair(v): v.in_effect for v in new.exclusive if theirs.name in _owners(v)}
-    for pair in sorted(set(verdicts) | set(now)):
-        was, is_ = verdicts.get(pair), now.get(pair)
-        if was != is_:
-            lines.append(f"process-exclusive {pair}: {_effect(was)} -> {_effect(is_)}")
+    # external requirements by name: pip's requirement and its conda mapping
+    was = {d.name: (d.pip, d.conda) for d in mine.externals}
+    now = {d.name: (d.pip, d.conda) for d in theirs.externals}
+    for name in sorted(set(was) | set(now)):
+        if name not in was:
+            lines.append(f"requires {now[name][0]} (conda {now[name][1]}): added")
+        elif name not in now:
+            lines.append(f"requires {was[name][0]} (conda {was[name][1]}): removed")
+        elif was[name] != now[name]:
+            lines.append(
+                f"requires {name}: {was[name][0]} (conda {was[name][1]}) -> "
+                f"{now[name][0]} (conda {now[name][1]})"
+            )
+    verdicts = {_pair(v): v for v in old.exclusive if mine.name in _owners(v)}
+    current = {_pair(v): v for v in new.exclusive if theirs.name in _owners(v)}
+    for pair in sorted(set(verdicts) | set(current)):
+        before_verdict, after_verdict = verdicts.get(pair), current.get(pair)
+        before_effect = None if before_verdict is None else before_verdict.in_effect
+        after_effect = None if after_verdict is None else after_verdict.in_effect
+        if before_effect != after_effect:
+            lines.append(
+                f"process-exclusive {pair}: {_effect(before_effect)} -> {_effect(after_effect)}"
+            )
+        elif (
+            before_verdict is not None
+            and after_verdict is not None
+            and before_verdict.evidence != after_verdict.evidence
+        ):
+            lines.append(f"process-exclusive {pair}: {_effect(after_effect)}, evidence changed")
     return tuple(lines)
 
 
