@@ -154,6 +154,20 @@ def library(directory: Path, kernels: str, exports: str, soname: str) -> bytes:
     return out.read_bytes()
 
 
+def plain_library(directory: Path, source: str, soname: str) -> bytes:
+    """A shared library without kernels."""
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        pytest.skip("no C compiler to build the libraries")
+    path = directory / f"{soname}.c"
+    path.write_text(source + "\n")
+    out = path.with_suffix(".so")
+    subprocess.run(
+        [gcc, "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", str(out), str(path)], check=True
+    )
+    return out.read_bytes()
+
+
 def small(directory: Path, version: str, lib: bytes, python_file: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     return make_wheel(
@@ -262,3 +276,39 @@ def test_abi_adds_abidiffs_report(wheel_150: Path, real_wheel: Path) -> None:
     assert threadpool["debug_info"] is False and "symbols only" in threadpool["summary"]
     text = run_splitter("-q", "diff", str(wheel_150), str(real_wheel), "--abi")
     assert "abidiff executorch/lib/libexecutorch_threadpool.so: ABI change" in text.stdout
+
+
+def test_a_new_cmake_component(tmp_path: Path) -> None:
+    """A library that makes an optional CMake component: its arrival is a compatible
+    addition, its departure an incompatible removal naming the component."""
+    recipe_path = tmp_path / "recipe.toml"
+    recipe_path.write_text(
+        RECIPE.replace(
+            "[system]",
+            'extra = { library = "libexecutorch_extra.so", platforms = [] }\n\n[system]',
+        )
+    )
+    recipe = load_recipe(recipe_path)
+    lib = library(tmp_path, "", "int kept(void) { return 1; }", "libexecutorch.so")
+    extra = plain_library(tmp_path, "int other(void) { return 5; }", "libexecutorch_extra.so")
+    without = small(tmp_path / "without", "1.5.0", lib, "executorch/exir/x.py")
+    (tmp_path / "with").mkdir()
+    with_extra = make_wheel(
+        tmp_path / "with",
+        {
+            "executorch/lib/libexecutorch.so": lib,
+            "executorch/lib/libexecutorch_extra.so": extra,
+            "executorch/include/executorch.h": b"#pragma once\n",
+            "executorch/exir/x.py": b"VALUE = 1\n",
+        },
+        version="1.5.1",
+    )
+    grown = diff_plans(make_plan(without, recipe), make_plan(with_extra, recipe))
+    runtime = next(p for p in grown.packages if p.name == "executorch-runtime")
+    assert "CMake component extra: added" in runtime.metadata
+    assert runtime.added == ("executorch/lib/libexecutorch_extra.so",)
+    assert runtime.verdict is Verdict.COMPATIBLE, runtime.reasons
+    shrunk = diff_plans(make_plan(with_extra, recipe), make_plan(without, recipe))
+    runtime = next(p for p in shrunk.packages if p.name == "executorch-runtime")
+    assert runtime.verdict is Verdict.INCOMPATIBLE
+    assert "CMake component extra: removed" in runtime.reasons
