@@ -205,6 +205,18 @@ def test_each_kind_of_change(tmp_path: Path) -> None:
     runtime = next(p for p in found.packages if p.name == "executorch-runtime")
     (binary,) = runtime.binaries
     assert binary.soname == ("libexecutorch.so", "libexecutorch.so.2")
+    sonames = []
+    for wheel in (old, new):  # readelf -d, independently
+        copy = tmp_path / f"{wheel.stem}.so"
+        with zipfile.ZipFile(wheel) as archive:
+            copy.write_bytes(archive.read("executorch/lib/libexecutorch.so"))
+        dynamic = subprocess.run(
+            ["readelf", "-d", str(copy)], capture_output=True, text=True, check=True
+        ).stdout
+        sonames += [
+            line.split("[")[1].rstrip("]") for line in dynamic.splitlines() if "SONAME" in line
+        ]
+    assert tuple(sonames) == binary.soname
     old_nm = nm_defined(old, "executorch/lib/libexecutorch.so", tmp_path)
     new_nm = nm_defined(new, "executorch/lib/libexecutorch.so", tmp_path)
     assert set(binary.symbols_removed) == old_nm - new_nm == {"dropped"}
