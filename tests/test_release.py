@@ -552,23 +552,29 @@ def test_verify_checks_each_python_it_finds(channel: Path) -> None:
 
 
 def other_pythons() -> list[str]:
-    """CPython interpreters of the release's other versions: python3.X on PATH, then those
-    pyenv (if it is on PATH) says it has installed, found through `pyenv prefix` (its shims
-    on PATH run only the versions pyenv has selected)."""
-    found = [p for v in PYTHONS if v != "3.11" and (p := shutil.which(f"python{v}"))]
+    """CPython interpreters of the release's other versions, found without a hard-coded
+    location: python3.X on PATH; then the installations beside this interpreter's and beside
+    a version manager's shims on PATH (pyenv keeps them as <root>/versions/3.X.Y, and its
+    shims run only the versions it has selected); then `pyenv prefix` if pyenv is on PATH."""
+    others = [v for v in PYTHONS if v != "3.11"]
+    found = [p for v in others if (p := shutil.which(f"python{v}"))]
+    roots = {Path(sys.base_prefix).parent}
+    roots |= {Path(p).parent.parent / "versions" for p in found if Path(p).parent.name == "shims"}
+    for root in sorted(roots):
+        for version in others:
+            found += [str(p) for p in sorted(root.glob(f"{version}.*/bin/python{version}"))]
     pyenv = shutil.which("pyenv")
     if pyenv is not None:
         listed = subprocess.run(
             [pyenv, "versions", "--bare"], capture_output=True, text=True, check=False
         ).stdout.split()
         for version in listed:
-            if ".".join(version.split(".")[:2]) in PYTHONS:
-                prefix = subprocess.run(
-                    [pyenv, "prefix", version], capture_output=True, text=True, check=False
-                ).stdout.strip()
-                minor = ".".join(version.split(".")[:2])
-                if prefix and Path(prefix, "bin", f"python{minor}").exists():
-                    found.append(str(Path(prefix, "bin", f"python{minor}")))
+            minor = ".".join(version.split(".")[:2])
+            prefix = subprocess.run(
+                [pyenv, "prefix", version], capture_output=True, text=True, check=False
+            ).stdout.strip()
+            if minor in others and prefix and Path(prefix, "bin", f"python{minor}").exists():
+                found.append(str(Path(prefix, "bin", f"python{minor}")))
     return found
 
 
