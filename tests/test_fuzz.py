@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import csv
 import hashlib
 import io
@@ -572,11 +573,15 @@ def record(outcome: str) -> None:
         event(outcome)
 
 
-def plan_outcome(wheel: Path, recipe: Recipe, same_files_as: Path | None = None) -> int:
+def plan_outcome(
+    wheel: Path, recipe: Recipe, same_files_as: Path | None = None, record_holds: bool = False
+) -> int:
     """Plan in-process: 0 on success, else the SplitterError's exit code; anything else raises.
     With `same_files_as` (the wheel a byte mutant was made from): a mutant that plans must
     hold the same files with the same bytes, since RECORD's digests are checked; one that
-    changed any is what must be refused."""
+    changed any is what must be refused. With `record_holds` (a member mutant): a mutant that
+    plans must have a RECORD that lists exactly its files with their digests and sizes, read
+    independently (zipfile and csv); one whose RECORD does not is what must be refused."""
     try:
         plan = make_plan(wheel, recipe)
     except SplitterError as exc:
@@ -589,7 +594,26 @@ def plan_outcome(wheel: Path, recipe: Recipe, same_files_as: Path | None = None)
     assert plan.build_version.isprintable() and plan.build_version.strip() == plan.build_version
     if same_files_as is not None:
         assert _contents(wheel) == _contents(same_files_as), "a mutant changed a file and planned"
+    if record_holds:
+        _assert_record_holds(wheel)
     return 0
+
+
+def _assert_record_holds(wheel: Path) -> None:
+    """RECORD names every file once with its sha256 and size (RECORD itself without them)."""
+    with zipfile.ZipFile(wheel) as archive:
+        files = {i.filename: archive.read(i) for i in archive.infolist() if not i.is_dir()}
+    (name,) = [n for n in files if n.endswith(".dist-info/RECORD")]
+    rows = list(csv.reader(io.StringIO(files[name].decode("utf-8"))))
+    listed = {row[0]: row[1:] for row in rows if row}
+    assert set(listed) == set(files), "a mutant planned with RECORD not listing its files"
+    for path, data in files.items():
+        if path == name:
+            continue
+        digest, size = listed[path][0], listed[path][1]
+        expected = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        assert digest == f"sha256={expected}", f"a mutant planned with a wrong digest for {path}"
+        assert size in ("", str(len(data))), f"a mutant planned with a wrong size for {path}"
 
 
 def _contents(wheel: Path) -> dict[str, str]:
@@ -667,9 +691,10 @@ def test_mutated_zip_bytes(env: Env, data: st.DataObject) -> None:
 @settings(FUZZ, max_examples=1200)
 @given(data=st.data())
 def test_mutated_wheel_members(env: Env, data: st.DataObject) -> None:
-    """Edited RECORD, METADATA, WHEEL and entry points, odd member names, contents and modes."""
+    """Edited RECORD, METADATA, WHEEL and entry points, odd member names, contents and modes:
+    refused with a SplitterError, or, if planned, with a RECORD that holds for every file."""
     archive = data.draw(mutated_archive(base_archive(env.kernel_elf), env.kernel_elf))
-    plan_outcome(write_archive(archive, env.scratch / FILENAME), env.recipe)
+    plan_outcome(write_archive(archive, env.scratch / FILENAME), env.recipe, record_holds=True)
 
 
 @settings(FUZZ, max_examples=15)
