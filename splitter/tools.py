@@ -66,7 +66,7 @@ M_ARENA_MAX = -8  # glibc's mallopt parameter
 def one_malloc_arena() -> None:
     """Keep the process's C heap in one glibc malloc arena. glibc gives each thread that
     allocates its own arena, and memory freed in one stays mapped until it is trimmed: the
-    build's helper threads (read_wheel's reader, staging's) held tens of MB that way
+    build's helper threads (read_wheel's reader, staging's) held freed memory that way
     (docs/performance.md). Called first thing, before any thread starts; nothing to do off
     glibc."""
     with contextlib.suppress(OSError, AttributeError):

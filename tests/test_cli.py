@@ -124,9 +124,8 @@ def test_build_in_an_80_column_terminal(real_wheel: Path, tmp_path: Path) -> Non
     packed (no packing line stays the same for more than a second and a half of captures), and
     the summary ends with every package name and file name whole on one line.
 
-    Compression level 15 keeps packing busy for seconds on a fast machine (about 6 s here),
-    so the captures see it move; at level 3 a fast CI machine packed in under half a second
-    and the test saw one frame."""
+    Compression level 15 keeps packing busy long enough, even on a fast machine, for the
+    captures to see it move (at level 3 a fast machine packs before a second capture)."""
     out, log = tmp_path / "out", tmp_path / "status"
     command = (
         f"{sys.executable} -m splitter build -t conda --compression-level 15 -o {out} "

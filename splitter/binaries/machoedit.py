@@ -4,9 +4,9 @@ ld64 signs every arm64 file it links ad hoc (`linker-signed`): one CodeDirectory
 SHA-256 hash of each 4 KiB page up to the signature, and nothing else (no requirements, no
 CMS blob, no special slots); macOS checks those hashes when it maps a page. Editing the load
 commands changes the first page(s) only and not the file's length, so re-signing is
-re-hashing the pages that changed. That is what this does, in one pass over the bytes, where
-LLVM's llvm-install-name-tool took one or two processes of some 25 ms and 50 MB per file
-(docs/performance.md). Files it cannot edit so simply (another signature, no room for the
+re-hashing the pages that changed. That is what this does, in one pass over the bytes,
+instead of one or two llvm-install-name-tool processes per file (docs/performance.md). Files
+it cannot edit so simply (another signature, no room for the
 load commands, a 32-bit file) are left to llvm-install-name-tool
 (splitter.binaries.relocate.set_macho_rpaths).
 """

@@ -1,8 +1,8 @@
 """A reader for thin little-endian Mach-O files: the load commands, sections, symbols and
 pointer fixups that splitter.binaries.macho describes a file by, read with struct.
 
-lief read them before; importing it costs every process some 50 MB and 0.4 s, and a release
-of five macOS wheels held it through the whole build (docs/performance.md). What is read:
+It stands where lief stood: lief's import is heavy for every process that loads it, and a
+release of macOS wheels held it through the whole build (docs/performance.md). What is read:
 - the header's CPU type, and each load command (LC_ID_DYLIB, LC_LOAD_*DYLIB, LC_RPATH, LC_UUID,
   LC_CODE_SIGNATURE, segments and their sections);
 - the symbol table: external defined symbols are what the file exports, external undefined

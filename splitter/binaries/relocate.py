@@ -133,8 +133,8 @@ def _rpath_runs(tool: str, current: tuple[str, ...], rpaths: tuple[str, ...]) ->
     """The tool's runs that turn LC_RPATHs `current` into `rpaths`. It deletes in place and
     appends what it adds, and refuses to delete and add one path in a single run. So one run
     does it when the entries kept are `rpaths`' first ones, in order, and the rest are new
-    (a runtime library keeping only `@loader_path`: about half the runs of a macOS wheel, each
-    an LLVM start of some 25 ms); otherwise every entry is deleted, then the new ones added."""
+    (a runtime library keeping only `@loader_path`); otherwise every entry is deleted, then
+    the new ones added."""
     wanted = set(rpaths)
     kept = [e for e in current if e in wanted]
     added = [e for e in rpaths if e not in current]

@@ -214,8 +214,7 @@ def _after_header(descriptor: int, info: zipfile.ZipInfo, length: int) -> tuple[
     """The first `length` bytes of `info`'s data and where its data starts, its local header
     checked (the signature, and the name the central directory gives). The header, name,
     extra field and data are one pread when the local extra field is no longer than the
-    central directory's, as writers make them (a release reads some 70,000 members this
-    way); a longer one costs a second pread."""
+    central directory's, as writers make them; a longer one costs a second pread."""
     encoding = "utf-8" if info.flag_bits & 0x800 else "cp437"
     guess = LOCAL_HEADER.size + len(info.orig_filename.encode(encoding)) + len(info.extra)
     raw = os.pread(descriptor, guess + length, info.header_offset)
