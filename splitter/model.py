@@ -168,6 +168,9 @@ class Distro:
     revision: str  # Debian revision / RPM release appended to the upstream version
     maintainer: str  # "Name <address>": Debian's Maintainer, RPM's Packager
     names: tuple[tuple[str, str], ...]  # splitter package -> distro package name
+    # splitter package -> the name of its development package (headers, CMake, pkg-config),
+    # built for each package that has such files: <name>-dev (deb) / <name>-devel (rpm)
+    dev_names: tuple[tuple[str, str], ...]
     system: tuple[tuple[str, str], ...]  # system soname -> dependency, when the tool cannot tell
 
 

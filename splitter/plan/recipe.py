@@ -278,6 +278,27 @@ def _together(source: Source, doc: dict[str, Any]) -> tuple[Together, ...]:
     return tuple(groups)
 
 
+def _package_names(
+    source: Source, table: dict[str, Any], key: str, field: str, packages: set[str]
+) -> dict[str, str]:
+    """[<key>.<field>]: split package -> distro package name, each checked."""
+    names = _typed(source, table.get(field, {}), dict, f"{key}.{field}")
+    for name, value in names.items():
+        _typed(source, value, str, f"{key}.{field}.{name}")
+        if name not in packages:
+            raise source.error(
+                f"{key}.{field}.{name}",
+                f"unknown package '{name}'",
+                f"map one of {sorted(packages)}",
+            )
+        if not re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", value):
+            raise source.error(
+                f"{key}.{field}.{name}",
+                f"not a package name (lower-case letters, digits, + - . only): {value!r}",
+            )
+    return dict(names)
+
+
 def _distro(
     source: Source, doc: dict[str, Any], key: str, revision_key: str, packages: set[str]
 ) -> Distro | None:
@@ -298,20 +319,7 @@ def _distro(
             f"not a 'Name <address>' maintainer: {maintainer!r}",
             'write it as "Your Name <you@example.org>"',
         )
-    names = _typed(source, _get(source, table, "names", dict, key), dict, f"{key}.names")
-    for name, value in names.items():
-        _typed(source, value, str, f"{key}.names.{name}")
-        if name not in packages:
-            raise source.error(
-                f"{key}.names.{name}",
-                f"unknown package '{name}'",
-                f"map one of {sorted(packages)}",
-            )
-        if not re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", value):
-            raise source.error(
-                f"{key}.names.{name}",
-                f"not a package name (lower-case letters, digits, + - . only): {value!r}",
-            )
+    names = _package_names(source, table, key, "names", packages)
     missing = sorted(packages - set(names))
     if missing:
         raise source.error(
@@ -322,9 +330,20 @@ def _distro(
     system = _typed(source, table.get("system", {}), dict, f"{key}.system")
     for soname, value in system.items():
         _typed(source, value, str, f"{key}.system.{soname}")
+    suffix = "-dev" if key == "deb" else "-devel"
+    dev_names = {name: f"{value}{suffix}" for name, value in names.items()}
+    dev_names |= _package_names(source, table, key, "dev_names", packages)
+    taken = [n for n in dev_names.values() if n in names.values()]
+    if taken:
+        raise source.error(
+            f"{key}.dev_names",
+            f"{taken[0]!r} names both a package and a development package",
+            f"give the development package another name under [{key}.dev_names]",
+        )
     return Distro(
         revision=revision,
         maintainer=maintainer,
         names=tuple(sorted(names.items())),
+        dev_names=tuple(sorted(dev_names.items())),
         system=tuple(sorted(system.items())),
     )

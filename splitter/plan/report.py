@@ -12,6 +12,18 @@ EXCLUSIVE_SCHEMA = "splitter.process-exclusive/1"  # the exclusivity record ever
 RECORD = "splitter-process-exclusive.json"  # the exclusivity record, in the package's doc dir
 
 
+def record_name(arch: str = "") -> str:
+    """The exclusivity record's file name in a package's doc dir. A Debian package's carries
+    its architecture: a Multi-Arch: same package's files outside arch-qualified paths must be
+    identical in every architecture, and each architecture's record names its own wheel."""
+    return f"splitter-process-exclusive.{arch}.json" if arch else RECORD
+
+
+def is_record(name: str) -> bool:
+    """Whether a file name is an exclusivity record's (see record_name)."""
+    return name.startswith("splitter-process-exclusive.") and name.endswith(".json")
+
+
 def dependency_json(dep: Dependency) -> dict[str, Any]:
     """One dependency with the binary evidence for it."""
     return {

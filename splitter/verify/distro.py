@@ -12,7 +12,7 @@ from typing import Any
 
 from splitter.errors import ExternalToolError, UsageError
 from splitter.plan.facts import ARCHES, Arch
-from splitter.plan.report import RECORD
+from splitter.plan.report import RECORD, is_record
 from splitter.tools import need_tool, run_tool, tool_path
 
 VERIFY = "verify reads and installs the packages with it"  # why a missing tool is needed
@@ -26,7 +26,7 @@ def _record(command: list[str], package: Path, stdin: Any = None) -> dict[str, A
         assert proc.stdout is not None
         with tarfile.open(fileobj=proc.stdout, mode="r|*") as archive:  # plain or gzip
             for member in archive:
-                if member.name.endswith(f"/{RECORD}") and "/share/doc/" in member.name:
+                if is_record(member.name.rsplit("/", 1)[-1]) and "/share/doc/" in member.name:
                     handle = archive.extractfile(member)
                     assert handle is not None
                     data: dict[str, Any] = json.loads(handle.read())

@@ -1,11 +1,15 @@
-"""What the deb and rpm targets share: names from the recipe, staging under a root,
-the documentation files every distro package carries, and clamped times."""
+"""What the deb and rpm targets share: names from the recipe, staging under a root, the cut
+of each split package into library and development packages, the documentation files every
+distro package carries, what a source package needs to redo the split with a distribution's
+own tools (install-split and its lists), and clamped times."""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+import posixpath
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from splitter.errors import RecipeError
@@ -13,7 +17,115 @@ from splitter.input.payload import Payload
 from splitter.model import Distro, PackagePlan, Plan, Rpath
 from splitter.plan.layout import Layout
 from splitter.plan.report import exclusivity_record
-from splitter.targets.stage import Progress, Staged, stage
+from splitter.targets.generated.files import SPLIT_FROM
+from splitter.targets.stage import Progress, Staged, StagedFile, stage
+
+LIBRARY = "library"  # a split package's shared libraries (and everything not development)
+DEVELOPMENT = "development"  # its headers, CMake config and pkg-config files
+PYTHON = "python"  # a Python package, whole
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DistroPackage:
+    """One binary package of the deb or rpm target, cut from a split package: a package with
+    headers, CMake config or pkg-config files gets a development package holding them (Debian
+    policy 8.4, Fedora's -devel), so that a device image installs only what runs."""
+
+    name: str  # the distro's name: libexecutorch, libexecutorch-dev, python3-executorch
+    package: PackagePlan  # the split package it comes from
+    role: str  # LIBRARY, DEVELOPMENT or PYTHON
+    files: tuple[StagedFile, ...]
+    requires: tuple[str, ...]  # packages of the split it needs at exactly this version
+    development: str = ""  # a library package's development package, where it has one
+
+    @property
+    def libraries(self) -> bool:
+        """Whether it holds public shared libraries (in the libdir), not just modules."""
+        return self.role == LIBRARY and bool(self.package.sonames)
+
+
+def development_dirs(layout: Layout) -> tuple[str, ...]:
+    """The prefix-relative directories whose files go into development packages."""
+    return (f"{layout.includedir}/", f"{layout.cmakedir}/", f"{layout.pkgconfigdir}/")
+
+
+def distro_packages(plan: Plan, staged: Staged, distro: Distro) -> list[DistroPackage]:
+    """Each split package as the distro ships it: a Python package whole; any other as its
+    library package and, when it has development files, its development package, which
+    needs the library package and the development packages of the library's dependencies.
+    A library or Python package needs the library packages of its dependencies, never a
+    development package."""
+    names = dict(distro.names)
+    dev_names = dict(distro.dev_names)
+    dirs = development_dirs(staged.layout)
+    development = {
+        p.name: ()
+        if p.python
+        else tuple(f for f in staged.packages[p.name] if f.path.startswith(dirs))
+        for p in plan.packages
+    }
+    out = []
+    for package in plan.packages:
+        files = staged.packages[package.name]
+        dev = development[package.name]
+        libraries = tuple(names[d.name] for d in package.depends)
+        role = PYTHON if package.python else LIBRARY
+        if not dev:
+            out.append(
+                DistroPackage(
+                    name=names[package.name],
+                    package=package,
+                    role=role,
+                    files=files,
+                    requires=libraries,
+                )
+            )
+            continue
+        moved = set(dev)
+        out.append(
+            DistroPackage(
+                name=names[package.name],
+                package=package,
+                role=LIBRARY,
+                files=tuple(f for f in files if f not in moved),
+                requires=libraries,
+                development=dev_names[package.name],
+            )
+        )
+        out.append(
+            DistroPackage(
+                name=dev_names[package.name],
+                package=package,
+                role=DEVELOPMENT,
+                files=dev,
+                requires=(
+                    names[package.name],
+                    *(dev_names[d.name] for d in package.depends if development[d.name]),
+                ),
+            )
+        )
+    return out
+
+
+def cmake_names(plan: Plan, distro: Distro) -> dict[str, str]:
+    """The package the generated CMake config tells users to install for a split package's
+    component: its development package, which holds every CMake file (a Python package has
+    none, and keeps its name)."""
+    names = dict(distro.names)
+    dev_names = dict(distro.dev_names)
+    return {p.name: names[p.name] if p.python else dev_names[p.name] for p in plan.packages}
+
+
+def origin_sentence(plan: Plan, record: str) -> str:
+    """Where the packages come from, in words that are the same for every architecture (a
+    Multi-Arch: same package's copyright and changelog must be): the upstream release and
+    Python, and where the wheel of each architecture is named."""
+    major, minor = plan.platform.python
+    return (
+        f"{SPLIT_FROM} upstream's {plan.wheel.name} {plan.wheel.version} wheel for CPython "
+        f"{major}.{minor} of each architecture; {record} in the documentation of the library "
+        "and Python packages names that wheel and its sha256."
+    )
 
 
 def distro_of(plan: Plan, kind: str) -> Distro:
@@ -75,10 +187,13 @@ def license_text(plan: Plan) -> str:
         )
 
 
-def record_json(plan: Plan, package: PackagePlan, name: str) -> str:
-    """The exclusivity record a distro package ships, under its distro name too."""
+def record_json(plan: Plan, package: PackagePlan, name: str, development: str = "") -> str:
+    """The exclusivity record a distro package ships, under its distro name too, and the
+    name of the development package that holds the split package's CMake files."""
     record = exclusivity_record(plan, package)
     record["distro_package"] = name
+    if development:
+        record["development_package"] = development
     return json.dumps(record, indent=2, sort_keys=True) + "\n"
 
 
@@ -106,26 +221,116 @@ def clamp_times(root: Path, epoch: int) -> None:
     os.utime(root, (epoch, epoch))
 
 
-def has_bare_executable(staged: Staged, name: str) -> bool:
-    """Whether the package ships an executable file that is neither ELF nor has a #! line
-    (the x86_64 1.5.1 wheel has one, the aarch64 wheel none): the linters' overrides for it
-    are written only when it is there, since an unused override is itself reported."""
-    return any(not head.startswith((b"\x7fELF", b"#!")) for head in _executable_heads(staged, name))
+def has_bare_executable(files: Sequence[StagedFile]) -> bool:
+    """Whether the files hold an executable that is neither ELF nor has a #! line (the x86_64
+    1.5.1 wheel has one, the aarch64 wheel none): the linters' overrides for it are written
+    only when it is there, since an unused override is itself reported."""
+    return any(not head.startswith((b"\x7fELF", b"#!")) for head in _executable_heads(files))
 
 
-def has_env_script(staged: Staged, name: str) -> bool:
-    """Whether the package ships an executable script run through /usr/bin/env (the x86_64
-    1.5.1 wheel has 21, the aarch64 wheel none executable); see has_bare_executable."""
+def has_env_script(files: Sequence[StagedFile]) -> bool:
+    """Whether the files hold an executable script run through /usr/bin/env (the x86_64 1.5.1
+    wheel has 21, the aarch64 wheel none executable); see has_bare_executable."""
     return any(
-        head.replace(b" ", b"").startswith(b"#!/usr/bin/env")
-        for head in _executable_heads(staged, name)
+        head.replace(b" ", b"").startswith(b"#!/usr/bin/env") for head in _executable_heads(files)
     )
 
 
-def _executable_heads(staged: Staged, name: str) -> list[bytes]:
+def _executable_heads(files: Sequence[StagedFile]) -> list[bytes]:
     heads = []
-    for item in staged.packages[name]:
+    for item in files:
         if item.executable:
             with open(item.real, "rb") as handle:
                 heads.append(handle.read(32))
     return heads
+
+
+# install-split: what a source package's build runs to redo the split with the distribution's
+# tools alone (sh, coreutils, patchelf), from the upstream wheel unpacked by unzip. Its lists
+# come from the staging splitter did (rebuild_lists), so both builds give the same files.
+INSTALL_SPLIT = """\
+#!/bin/sh
+# Generated by splitter: install the files of an unpacked upstream wheel where the split
+# packages have them, with their modes, add the generated files, set each ELF's RUNPATH.
+# usage: install-split WHEEL-DIR FILES RUNPATHS GENERATED-DIR DESTDIR
+#   FILES:    MODE<tab>WHEEL PATH<tab>INSTALLED PATH, grouped by mode and directory
+#   RUNPATHS: INSTALLED PATH<tab>RUNPATH (empty: none)
+set -eu
+wheel=$1 files=$2 runpaths=$3 generated=$4 dest=$5
+tab=$(printf '\\t')
+# one chmod and one mv per mode and directory: a file at a time would be thousands of processes
+flush() {
+    if [ $# -gt 0 ]; then
+        mkdir -p "$dest/$dir"
+        chmod "$mode" "$@"
+        mv -t "$dest/$dir" "$@"
+    fi
+}
+group="" mode="" dir=""
+set --
+while IFS=$tab read -r m from to; do
+    if [ "$m ${to%/*}" != "$group" ]; then
+        flush "$@"
+        set --
+        group="$m ${to%/*}" mode=$m dir=${to%/*}
+    fi
+    set -- "$@" "$wheel/$from"
+done < "$files"
+flush "$@"
+cp -pR "$generated/." "$dest/"
+while IFS=$tab read -r path runpath; do
+    if [ -n "$runpath" ]; then
+        patchelf --set-rpath "$runpath" "$dest/$path"
+    else
+        patchelf --remove-rpath "$dest/$path"
+    fi
+done < "$runpaths"
+"""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RebuildLists:
+    """install-split's input for one wheel, paths relative to the root (usr/...)."""
+
+    files: str  # MODE<tab>WHEEL PATH<tab>INSTALLED PATH per line
+    runpaths: str  # INSTALLED PATH<tab>RUNPATH per line
+    generated: tuple[tuple[str, bytes, bool], ...]  # installed path, content, executable
+
+
+def rebuild_lists(plan: Plan, staged: Staged) -> RebuildLists:
+    """What install-split needs to give a distribution's build the files `staged` holds:
+    each file copied from the wheel (its wheel path, mode and place), the generated ones with
+    their content, and the RUNPATH of each ELF file (as staging wrote it with patchelf)."""
+    prefix = staged.layout.prefix.strip("/")
+    rows = []
+    generated = []
+    for files in staged.packages.values():
+        for item in files:
+            installed = posixpath.join(prefix, item.path)
+            if not item.source:
+                with open(item.real, "rb") as handle:
+                    generated.append((installed, handle.read(), item.executable))
+                continue
+            for text in (item.source, installed):
+                if "\t" in text or "\n" in text:
+                    raise RecipeError(f"a path with a tab or newline cannot be listed: {text!r}")
+            # install-split moves files a directory at a time: the name must stay the same
+            assert posixpath.basename(item.source) == posixpath.basename(installed), item.source
+            mode = "0755" if item.executable else "0644"
+            rows.append((posixpath.dirname(installed), mode, item.source, installed))
+    rows.sort()
+    runpaths = "".join(
+        f"{posixpath.join(prefix, path)}\t{':'.join(entries)}\n"
+        for path, entries in sorted(staged.runpaths.items())
+    )
+    return RebuildLists(
+        files="".join(f"{mode}\t{source}\t{path}\n" for _, mode, source, path in rows),
+        runpaths=runpaths,
+        generated=tuple(sorted(generated)),
+    )
+
+
+def release_epoch(plans: Sequence[Plan]) -> int:
+    """The one time of a release's distro packages (changelog, mtimes): its newest wheel's,
+    so that the packages of every architecture say the same."""
+    return max(p.wheel.timestamp for p in plans)

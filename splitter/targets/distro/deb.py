@@ -23,23 +23,28 @@ from splitter.errors import RecipeError
 from splitter.manifest import Artifact
 from splitter.model import Distro, PackagePlan, Plan
 from splitter.plan.facts import Arch, arch_of
-from splitter.plan.layout import make_layout
+from splitter.plan.layout import Layout, make_layout
 from splitter.plan.release import ReleasePlanning, planned
-from splitter.plan.report import RECORD
+from splitter.plan.report import record_name
 from splitter.plan.request import several_pythons
 from splitter.targets.builder import Target, artifact
 from splitter.targets.distro import debmeta
 from splitter.targets.distro.common import (
+    DEVELOPMENT,
+    DistroPackage,
     clamp_times,
+    cmake_names,
     distro_of,
-    exclusivity_sentence,
+    distro_packages,
     external_requirements,
-    has_bare_executable,
     license_text,
+    origin_sentence,
+    rebuild_lists,
     record_json,
+    release_epoch,
     stage_under,
 )
-from splitter.targets.generated.files import split_from
+from splitter.targets.distro.debsource import ArchSource, arch_source, write_source_package
 from splitter.targets.stage import Progress, Staged
 from splitter.tools import need_tool, run_tool
 
@@ -52,8 +57,10 @@ WORKERS = 2  # packages packed at once (dpkg-shlibdeps, md5sums, dpkg-deb)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DebBuilder:
-    """`--target deb`: OUT/<name>_<version>_<arch>.deb for each package of each platform; a
-    distribution has one python3, so one wheel per platform. Reproducible."""
+    """`--target deb`: OUT/<name>_<version>_<arch>.deb for each library, development and
+    Python package of each platform, and the source package that rebuilds them
+    (splitter.targets.distro.debsource); a distribution has one python3, so one wheel per
+    platform. Reproducible."""
 
     guard: bool = False
     target: Target = Target.DEB
@@ -62,11 +69,16 @@ class DebBuilder:
         self, release: ReleasePlanning, build: Path, progress: Progress | None = None
     ) -> list[Artifact]:
         """See the class."""
-        return [
-            artifact(path, plan, plan.package(name))
-            for plan in one_wheel_per_platform(release, progress, "deb")
-            for name, path in write_debs(plan, build, progress, self.guard).items()
-        ]
+        plans = one_wheel_per_platform(release, progress, "deb")
+        epoch = release_epoch(plans)
+        artifacts = []
+        arches = []
+        for plan in plans:
+            written, source = write_debs(plan, build, progress, self.guard, epoch)
+            artifacts += [artifact(path, plan, package) for package, path in written]
+            arches.append(source)
+        write_source_package(arches, build, epoch)
+        return artifacts
 
 
 def one_wheel_per_platform(
@@ -83,51 +95,68 @@ def one_wheel_per_platform(
     return [group.source for group in checked.groups]
 
 
-def write_debs(plan: Plan, build: Path, progress: Progress | None, guard: bool) -> dict[str, str]:
-    """Stage the plan and write each package's .deb into `build`; returns the file names."""
+def deb_layout(plan: Plan, arch: Arch) -> Layout:
+    """Debian's layout: prefix /usr, the multiarch libdir, /usr/lib/python3/dist-packages."""
+    return dataclasses.replace(
+        make_layout(plan.wheel, "/usr", f"lib/{arch.triplet}", "include", SITEDIR),
+        interpreter="/usr/bin/python3",
+    )
+
+
+def write_debs(
+    plan: Plan, build: Path, progress: Progress | None, guard: bool, epoch: int
+) -> tuple[list[tuple[PackagePlan, str]], ArchSource]:
+    """Stage the plan, cut it into library, development and Python packages and write each
+    .deb into `build`; returns (split package, file name) per .deb and what the source
+    package needs of this architecture."""
     arch = arch_of(plan, "deb")
     distro = distro_of(plan, "deb")
     dpkg_deb = need_tool("dpkg-deb", "dpkg")
     native = _host_arch() == arch.deb
     shlibdeps = need_tool("dpkg-shlibdeps", "dpkg-dev") if native else ""
-    names = dict(distro.names)
     version = f"{plan.wheel.version}-{distro.revision}"
-    layout = dataclasses.replace(
-        make_layout(plan.wheel, "/usr", f"lib/{arch.triplet}", "include", SITEDIR),
-        interpreter="/usr/bin/python3",
-    )
+    layout = deb_layout(plan, arch)
     externals = {p.name: external_requirements(plan, p, "deb") for p in plan.packages}
     scratch = Path(tempfile.mkdtemp(prefix=".deb-", dir=build))
     try:
-        roots = {p.name: scratch / names[p.name] for p in plan.packages}
-        staged = stage_under(plan, layout, roots, progress, guard, names)
-        _unset_library_exec(staged, roots)
+        stage_roots = {p.name: scratch / "stage" / p.name for p in plan.packages}
+        staged = stage_under(plan, layout, stage_roots, progress, guard, cmake_names(plan, distro))
+        _unset_library_exec(staged)
+        lists = rebuild_lists(plan, staged)
+        cut = distro_packages(plan, staged, distro)
+        roots = {d.name: scratch / "pkg" / d.name for d in cut}
+        packages = [_move(d, roots[d.name], layout) for d in cut]
         licence = license_text(plan)
-        for package in plan.packages:
-            _write_docs(plan, package, names[package.name], version, distro, roots, licence)
-            if has_bare_executable(staged, package.name):
-                _add_override(roots, package, names[package.name], debmeta.BARE_EXECUTABLE)
-            _write_library_control(package, names, version, roots)
+        origin = origin_sentence(plan, record_name("<arch>"))
+        changelog = debmeta.changelog_text(
+            plan.recipe.project, version, distro.maintainer, epoch, origin
+        )
+        for package in packages:
+            _write_docs(plan, package, version, arch, roots, licence, origin, changelog)
+            _write_library_control(package, version, roots)
         done = 0
 
-        def pack(package: PackagePlan) -> str:
+        def pack(package: DistroPackage) -> str:
             """Depends, control, md5sums and the .deb of one package."""
             nonlocal done
             root = roots[package.name]
-            if native:
-                system = _shlibdeps(shlibdeps, plan, package, staged, names, roots)
+            if package.role == DEVELOPMENT:
+                system = []
+            elif native:
+                system = _shlibdeps(shlibdeps, plan, package, packages, roots)
             else:
-                system = _mapped_system(plan, package, distro)
-            depends = [f"{names[d.name]} (= {version})" for d in package.depends]
-            depends += externals[package.name]
-            depends += _python_depends(plan, package)
+                system = _mapped_system(plan, package.package, distro)
+            depends = [f"{name} (= {version})" for name in package.requires]
+            if package.role != DEVELOPMENT:
+                depends += externals[package.package.name]
+                depends += debmeta.python_depends(plan, package.package)
             depends += system
-            _write_control(plan, package, root, names[package.name], version, arch, distro, depends)
+            _write_control(plan, package, root, version, arch, distro, depends)
             (root / "DEBIAN" / "md5sums").write_text(debmeta.md5sums(root))
             for item in (root / "DEBIAN").iterdir():
                 item.chmod(0o644)
-            clamp_times(root, plan.wheel.timestamp)
-            filename = f"{names[package.name]}_{version}_{arch.deb}.deb"
+            clamp_times(root, epoch)
+            filename = f"{package.name}_{version}_{arch.deb}.deb"
             run_tool(
                 f"dpkg-deb could not build {filename}",
                 [
@@ -138,23 +167,37 @@ def write_debs(plan: Plan, build: Path, progress: Progress | None, guard: bool) 
                     str(root),
                     str(build / filename),
                 ],
-                env={"SOURCE_DATE_EPOCH": str(plan.wheel.timestamp)},
+                env={"SOURCE_DATE_EPOCH": str(epoch)},
             )
             done += 1
             if progress is not None:
-                progress(f"deb {names[package.name]}", done, len(plan.packages))
+                progress(f"deb {package.name}", done, len(packages))
             return filename
 
         # Two at a time, the largest first: the export package's dpkg-deb, most of the build,
-        # runs beside the other two. Each writes only its own root;
-        # dpkg-shlibdeps only reads the siblings' libraries and symbols files, written above.
-        order = sorted(plan.packages, key=lambda p: -p.bytes)
+        # runs beside the others. Each writes only its own root; dpkg-shlibdeps only reads
+        # the siblings' libraries and symbols files, written above.
+        order = sorted(packages, key=lambda d: -sum(os.path.getsize(f.real) for f in d.files))
         with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-            built = dict(zip([p.name for p in order], pool.map(pack, order), strict=True))
-        written = {p.name: built[p.name] for p in plan.packages}
+            built = dict(zip([d.name for d in order], pool.map(pack, order), strict=True))
+        written = [(d.package, built[d.name]) for d in packages]
+        source = arch_source(plan, arch, layout, packages, lists)
     finally:
         shutil.rmtree(scratch)
-    return written
+    return written, source
+
+
+def _move(package: DistroPackage, root: Path, layout: Layout) -> DistroPackage:
+    """The package with its files renamed from the staging into its own root."""
+    prefix = root / layout.prefix.strip("/")
+    moved = []
+    for item in package.files:
+        real = prefix / item.path
+        real.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(item.real, real)
+        moved.append(dataclasses.replace(item, real=str(real)))
+    (root / "DEBIAN").mkdir(parents=True, exist_ok=True)
+    return dataclasses.replace(package, files=tuple(moved))
 
 
 def _host_arch() -> str:
@@ -167,7 +210,7 @@ def _host_arch() -> str:
         return ""
 
 
-def _unset_library_exec(staged: Staged, roots: dict[str, Path]) -> None:
+def _unset_library_exec(staged: Staged) -> None:
     """Shared objects are 0644 in Debian (policy 8.1; lintian's shlib-with-executable-bit);
     staging marks every ELF file executable, as pip and conda install them."""
     for files in staged.packages.values():
@@ -177,92 +220,71 @@ def _unset_library_exec(staged: Staged, roots: dict[str, Path]) -> None:
                 os.chmod(item.real, 0o644)
 
 
-def _doc_dir(roots: dict[str, Path], package: PackagePlan, name: str) -> Path:
-    return roots[package.name] / "usr" / "share" / "doc" / name
-
-
 def _write_docs(
     plan: Plan,
-    package: PackagePlan,
-    name: str,
+    package: DistroPackage,
     version: str,
-    distro: Distro,
+    arch: Arch,
     roots: dict[str, Path],
     licence: str,
+    origin: str,
+    changelog: str,
 ) -> None:
-    doc = _doc_dir(roots, package, name)
+    """copyright, changelog.Debian.gz, the exclusivity record (library and Python packages;
+    named for the architecture) and the lintian overrides, each with its reason."""
+    root = roots[package.name]
+    doc = root / "usr" / "share" / "doc" / package.name
     doc.mkdir(parents=True, exist_ok=True)
-    (doc / "copyright").write_text(debmeta.copyright_file(plan, licence))
-    (doc / "changelog.Debian.gz").write_bytes(
-        debmeta.changelog_gz(plan.recipe.project, version, distro.maintainer, plan)
-    )
-    (doc / RECORD).write_text(record_json(plan, package, name))
-    overrides = debmeta.EVERY_PACKAGE
-    overrides += debmeta.LIBRARY if _ships_libraries(package) else ()
-    overrides += debmeta.PYTHON if package.python else ()
-    directory = roots[package.name] / "usr" / "share" / "lintian" / "overrides"
+    (doc / "copyright").write_text(debmeta.copyright_file(plan, licence, origin))
+    (doc / "changelog.Debian.gz").write_bytes(debmeta.changelog_gz(changelog))
+    if package.role != DEVELOPMENT:
+        record = record_json(plan, package.package, package.name, package.development)
+        (doc / record_name(arch.deb)).write_text(record)
+    directory = root / "usr" / "share" / "lintian" / "overrides"
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / name).write_text(debmeta.lintian_overrides(name, overrides))
+    (directory / package.name).write_text(
+        debmeta.lintian_overrides(package.name, debmeta.lintian_tags(package))
+    )
 
 
-def _add_override(
-    roots: dict[str, Path], package: PackagePlan, name: str, override: tuple[str, str]
-) -> None:
-    path = roots[package.name] / "usr" / "share" / "lintian" / "overrides" / name
-    path.write_text(path.read_text() + debmeta.lintian_overrides(name, (override,)))
-
-
-def _ships_libraries(package: PackagePlan) -> bool:
-    """Whether the package holds public shared libraries (in the libdir), not just modules."""
-    return not package.python and bool(package.sonames)
-
-
-def _write_library_control(
-    package: PackagePlan,
-    names: dict[str, str],
-    version: str,
-    roots: dict[str, Path],
-) -> None:
+def _write_library_control(package: DistroPackage, version: str, roots: dict[str, Path]) -> None:
     """DEBIAN/symbols and the ldconfig trigger of a package with public libraries; written
     before any dpkg-shlibdeps run, which reads the siblings' symbols files."""
-    debian = roots[package.name] / "DEBIAN"
-    debian.mkdir(parents=True, exist_ok=True)
-    if _ships_libraries(package):
-        name = names[package.name]
+    if package.libraries:
+        debian = roots[package.name] / "DEBIAN"
         (debian / "symbols").write_text(
-            debmeta.symbols(package.sonames, name, f"{name} (= {version})")
+            debmeta.symbols(package.package.sonames, package.name, f"{package.name} (= {version})")
         )
-        (debian / "triggers").write_text("activate-noawait ldconfig\n")
+        (debian / "triggers").write_text(debmeta.LDCONFIG_TRIGGER)
 
 
 def _shlibdeps(
     tool: str,
     plan: Plan,
-    package: PackagePlan,
-    staged: Staged,
-    names: dict[str, str],
+    package: DistroPackage,
+    packages: list[DistroPackage],
     roots: dict[str, Path],
 ) -> list[str]:
     """System dependencies as dpkg-shlibdeps computes them, siblings excluded (the plan gives
     those at the exact version). It wants a debian/control; a minimal one is written."""
     elves = [
         item.real
-        for item in staged.packages[package.name]
+        for item in package.files
         if item.executable or item.path.endswith(".so") or ".so." in item.path
     ]
     elves = [e for e in elves if Path(e).read_bytes()[:4] == b"\x7fELF"]
     if not elves:
         return []
-    work = roots[package.name].parent / f".shlibdeps-{names[package.name]}"
+    work = roots[package.name].parent / f".shlibdeps-{package.name}"
     (work / "debian").mkdir(parents=True, exist_ok=True)
     (work / "debian" / "control").write_text(
-        f"Source: {plan.recipe.project}\n\nPackage: {names[package.name]}\nArchitecture: any\n"
+        f"Source: {plan.recipe.project}\n\nPackage: {package.name}\nArchitecture: any\n"
     )
     command = [tool, "-O", f"-T{work / 'debian' / 'substvars'}"]
-    command += [f"-S{roots[p.name]}" for p in plan.packages if p.name != package.name]
-    command += [f"-x{n}" for n in sorted(names.values())]
+    command += [f"-S{roots[d.name]}" for d in packages if d.libraries and d is not package]
+    command += [f"-x{d.name}" for d in sorted(packages, key=lambda d: d.name)]
     output = run_tool(
-        f"dpkg-shlibdeps could not compute {names[package.name]}'s dependencies",
+        f"dpkg-shlibdeps could not compute {package.name}'s dependencies",
         [*command, *sorted(elves)],
         cwd=work,
     )
@@ -287,42 +309,27 @@ def _mapped_system(plan: Plan, package: PackagePlan, distro: Distro) -> list[str
     return sorted({mapping[s] for s in package.system_sonames})
 
 
-def _python_depends(plan: Plan, package: PackagePlan) -> list[str]:
-    """The python3 an export package's extension modules are built for (their tag)."""
-    if not package.python:
-        return []
-    major, minor = plan.platform.python
-    return [f"python3 (>= {major}.{minor}~)", f"python3 (<< {major}.{minor + 1})"]
-
-
 def _write_control(
     plan: Plan,
-    package: PackagePlan,
+    package: DistroPackage,
     root: Path,
-    name: str,
     version: str,
     arch: Arch,
     distro: Distro,
     depends: list[str],
 ) -> None:
-    root_doc = f"/usr/share/doc/{name}/{RECORD}"
-    long = debmeta.paragraphs(
-        package.summary + "." if debmeta.synopsis(package.summary) != package.summary else "",
-        split_from(plan),
-        exclusivity_sentence(plan, package, root_doc),
-    )
-    unique = list(dict.fromkeys(depends))
     text = debmeta.control(
-        name=name,
+        name=package.name,
         source=plan.recipe.project,
         version=version,
         arch=arch.deb,
         maintainer=distro.maintainer,
         installed_size=debmeta.installed_size(root),
-        depends=unique,
-        section="python" if package.python else "libs",
+        depends=list(dict.fromkeys(depends)),
+        multi_arch=debmeta.multi_arch(package),
+        section=debmeta.SECTIONS[package.role],
         homepage=plan.wheel.home,
-        summary=package.summary,
-        long_description=long,
+        summary=debmeta.summary(package),
+        long_description=debmeta.long_description(plan, package),
     )
     (root / "DEBIAN" / "control").write_text(text)

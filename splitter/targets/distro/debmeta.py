@@ -1,5 +1,6 @@
-"""The text of a binary .deb's metadata: control, symbols, md5sums, DEP-5 copyright, the
-Debian changelog and lintian overrides (pure; deb.py writes them)."""
+"""The text of a .deb's metadata: control fields and descriptions, symbols, md5sums, DEP-5
+copyright, the Debian changelog and lintian overrides (pure; deb.py and debsource.py write
+them, so a binary package and its source package say the same)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,17 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from splitter.model import Plan
-from splitter.targets.generated.files import SPLIT_FROM, split_from
+from splitter.model import PackagePlan, Plan
+from splitter.plan.report import record_name
+from splitter.targets.distro.common import (
+    DEVELOPMENT,
+    LIBRARY,
+    PYTHON,
+    DistroPackage,
+    exclusivity_sentence,
+    has_bare_executable,
+    origin_sentence,
+)
 
 DEP5 = "https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/"
 
@@ -27,7 +37,13 @@ EVERY_PACKAGE: tuple[tuple[str, str], ...] = (
         "Debian: there is no ITP bug to close",
     ),
 )
-LIBRARY = (
+LIBRARY_TAGS = (
+    (
+        "lacks-unversioned-link-to-shared-library *",
+        "the soname is the unversioned name itself (upstream's libexecutorch.so): the file the "
+        "linker finds is the one the loader loads, so it is in the library package and the "
+        "-dev package has no link to add",
+    ),
     (
         "shared-library-lacks-version *",
         "upstream's sonames carry no version (libexecutorch.so); splitter ships upstream's "
@@ -35,7 +51,7 @@ LIBRARY = (
         "Debian's libfooN naming cannot be met either",
     ),
 )
-PYTHON = (
+PYTHON_TAGS = (
     (
         "unstripped-binary-or-object [usr/lib/python3/dist-packages/executorch/data/bin/flatc]",
         "upstream's prebuilt flatc, shipped byte for byte as verified against the wheel's "
@@ -82,6 +98,7 @@ def control(
     maintainer: str,
     installed_size: int,
     depends: Sequence[str],
+    multi_arch: str = "",
     section: str,
     homepage: str,
     summary: str,
@@ -96,14 +113,22 @@ def control(
         f"Maintainer: {maintainer}",
         f"Installed-Size: {installed_size}",
     ]
+    if multi_arch:
+        lines.append(f"Multi-Arch: {multi_arch}")
     if depends:
         lines.append(f"Depends: {', '.join(depends)}")
     lines += [f"Section: {section}", "Priority: optional"]
     if homepage:
         lines.append(f"Homepage: {homepage}")
-    lines.append(f"Description: {synopsis(summary)}")
-    lines += [_description_line(paragraph) for paragraph in long_description.split("\n\n")]
+    lines.append(description_field(summary, long_description))
     return "\n".join(lines) + "\n"
+
+
+def description_field(summary: str, long_description: str) -> str:
+    """The Description field: the synopsis, then the long description folded."""
+    lines = [f"Description: {synopsis(summary)}"]
+    lines += [_description_line(paragraph) for paragraph in long_description.split("\n\n")]
+    return "\n".join(lines)
 
 
 def _description_line(paragraph: str) -> str:
@@ -152,7 +177,7 @@ def installed_size(root: Path) -> int:
     return total
 
 
-def copyright_file(plan: Plan, license_text: str) -> str:
+def copyright_file(plan: Plan, license_text: str, origin: str) -> str:
     """A machine-readable (DEP-5) copyright: the wheel's licence and its copyright lines."""
     holders = [
         re.sub(r"^Copyright\s*(\(c\))?\s*", "", line.strip(), flags=re.IGNORECASE)
@@ -166,7 +191,7 @@ def copyright_file(plan: Plan, license_text: str) -> str:
     ]
     if plan.wheel.home:
         fields.append(f"Source: {plan.wheel.home}")
-    fields.append(f"Comment: {split_from(plan)}")
+    fields.append(f"Comment: {origin}")
     copyright_lines = "\n".join(f" {h}" for h in holders[1:])
     first = holders[0] if holders else "the ExecuTorch authors"
     stanza = [
@@ -178,20 +203,78 @@ def copyright_file(plan: Plan, license_text: str) -> str:
     return "\n".join(fields) + "\n\n" + "\n".join(stanza) + "\n"
 
 
-def changelog_gz(source: str, version: str, maintainer: str, plan: Plan) -> bytes:
-    """changelog.Debian.gz, dated by the wheel, gzip'd without name or time (`gzip -n -9`)."""
-    date = time.strftime("%a, %d %b %Y %H:%M:%S +0000", time.gmtime(plan.wheel.timestamp))
-    text = (
-        f"{source} ({version}) unstable; urgency=medium\n\n"
-        f"  * {SPLIT_FROM}\n"
-        f"    {plan.wheel.filename}\n"
-        f"    (sha256 {plan.wheel.sha256[:32]}\n"
-        f"    {plan.wheel.sha256[32:]}).\n\n"
-        f" -- {maintainer}  {date}\n"
-    )
+def changelog_text(source: str, version: str, maintainer: str, epoch: int, origin: str) -> str:
+    """The one Debian changelog entry: the same in every architecture's packages (a
+    Multi-Arch: same package's changelog must be) and in the source package, dated `epoch`."""
+    date = time.strftime("%a, %d %b %Y %H:%M:%S +0000", time.gmtime(epoch))
+    body = textwrap.wrap(origin, width=72, break_long_words=False, break_on_hyphens=False)
+    entry = "\n".join(f"    {line}" for line in body).lstrip()
+    head = f"{source} ({version}) unstable; urgency=medium"
+    return f"{head}\n\n  * {entry}\n\n -- {maintainer}  {date}\n"
+
+
+def changelog_gz(text: str) -> bytes:
+    """changelog.Debian.gz, gzip'd without name or time (`gzip -n -9`)."""
     return gzip.compress(text.encode(), compresslevel=9, mtime=0)
+
+
+LDCONFIG_TRIGGER = "activate-noawait ldconfig\n"  # DEBIAN/triggers of a package with libraries
 
 
 def lintian_overrides(name: str, overrides: Sequence[tuple[str, str]]) -> str:
     """usr/share/lintian/overrides/<name>: each tag after a comment giving the reason."""
     return "".join(f"# {reason}\n{name}: {tag}\n" for tag, reason in overrides)
+
+
+def lintian_tags(package: DistroPackage) -> tuple[tuple[str, str], ...]:
+    """The lintian tags a package keeps, each with its reason (debmeta's lists)."""
+    tags = EVERY_PACKAGE
+    tags += LIBRARY_TAGS if package.libraries else ()
+    tags += PYTHON_TAGS if package.role == PYTHON else ()
+    tags += (BARE_EXECUTABLE,) if has_bare_executable(package.files) else ()
+    return tags
+
+
+def python_depends(plan: Plan, package: PackagePlan) -> list[str]:
+    """The python3 an export package's extension modules are built for (their tag)."""
+    if not package.python:
+        return []
+    major, minor = plan.platform.python
+    return [f"python3 (>= {major}.{minor}~)", f"python3 (<< {major}.{minor + 1})"]
+
+
+def multi_arch(package: DistroPackage) -> str:
+    """`same` for library and development packages: their architecture-dependent files are in
+    /usr/lib/<triplet>, the rest (headers, docs) the same in every architecture, so amd64 and
+    arm64 co-install. A Python package's modules share one dist-packages: none."""
+    return "" if package.role == PYTHON else "same"
+
+
+SECTIONS = {LIBRARY: "libs", DEVELOPMENT: "libdevel", PYTHON: "python"}
+
+
+def summary(package: DistroPackage) -> str:
+    """The package's one-line summary (a development package's says what it holds)."""
+    if package.role == DEVELOPMENT:
+        return f"{package.requires[0]} development files: headers, CMake and pkg-config"
+    return package.package.summary
+
+
+def long_description(plan: Plan, package: DistroPackage) -> str:
+    """The long description, the same for every architecture (the source package's control
+    has one): the whole summary where the synopsis cut it, what the package holds, where
+    it comes from, and for library and Python packages the exclusivity record's verdicts."""
+    record = f"{record_name('<arch>')} (in /usr/share/doc/{package.name})"
+    origin = origin_sentence(plan, record_name("<arch>"))
+    if package.role == DEVELOPMENT:
+        held = (
+            f"The headers, the CMake package config (find_package(executorch)) and the "
+            f"pkg-config files of {package.requires[0]}: what building against it needs."
+        )
+        return paragraphs(held, origin)
+    whole = package.package.summary
+    return paragraphs(
+        whole + "." if synopsis(whole) != whole else "",
+        origin,
+        exclusivity_sentence(plan, package.package, record),
+    )

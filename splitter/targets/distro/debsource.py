@@ -1,0 +1,337 @@
+"""The Debian source package of a `--target deb` build, which rebuilds the split with
+Debian's tools alone: format 3.0 (quilt), the upstream wheel of each architecture in the
+orig tarball, and debian/ with debhelper rules that unzip the wheel of the architecture being
+built and put each file where the binary packages have it (install-split, with the lists of
+the staging splitter did, and patchelf for the RUNPATHs). `dpkg-source -x` then
+`dpkg-buildpackage -b` builds the same packages with the same files, offline, on Launchpad
+or in a clean chroot; dpkg-source itself writes the .dsc and the debian tarball
+(reproducible from SOURCE_DATE_EPOCH, the changelog's date)."""
+
+from __future__ import annotations
+
+import gzip
+import posixpath
+import shutil
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from splitter.errors import UsageError
+from splitter.model import Plan
+from splitter.plan.facts import Arch
+from splitter.plan.layout import Layout
+from splitter.plan.report import record_name
+from splitter.targets.distro import debmeta
+from splitter.targets.distro.common import (
+    DEVELOPMENT,
+    INSTALL_SPLIT,
+    DistroPackage,
+    RebuildLists,
+    distro_of,
+    external_requirements,
+    license_text,
+    origin_sentence,
+    record_json,
+)
+from splitter.tools import need_tool, run_tool
+
+FORMAT = "3.0 (quilt)"
+STANDARDS = "4.6.2"  # the Debian Policy version lintian 2.116 (Debian 12) knows
+COMPAT = "13"  # debhelper-compat: ${DEB_HOST_MULTIARCH} in .install files, dh_missing
+MULTIARCH = "${DEB_HOST_MULTIARCH}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArchSource:
+    """What the source package needs of one architecture's build, taken before its staging
+    is removed: the packages and the installed paths each holds, install-split's lists, and
+    the files the build adds (generated files, exclusivity records, lintian overrides)."""
+
+    arch: Arch
+    plan: Plan
+    packages: tuple[tuple[DistroPackage, tuple[str, ...]], ...]  # package, its root paths
+    lists: RebuildLists
+
+
+def arch_source(
+    plan: Plan, arch: Arch, layout: Layout, packages: list[DistroPackage], lists: RebuildLists
+) -> ArchSource:
+    """The architecture's part of the source package; the records and lintian overrides
+    (which read the staged files) join the generated files, installed as the .deb has them."""
+    prefix = layout.prefix.strip("/")
+    added = list(lists.generated)
+    owned = []
+    for package in packages:
+        paths = [posixpath.join(prefix, f.path) for f in package.files]
+        doc = f"usr/share/doc/{package.name}"
+        if package.role != DEVELOPMENT:
+            record = record_json(plan, package.package, package.name, package.development)
+            added.append((f"{doc}/{record_name(arch.deb)}", record.encode(), False))
+            paths.append(f"{doc}/{record_name(arch.deb)}")
+        overrides = debmeta.lintian_overrides(package.name, debmeta.lintian_tags(package))
+        added.append((f"usr/share/lintian/overrides/{package.name}", overrides.encode(), False))
+        paths.append(f"usr/share/lintian/overrides/{package.name}")
+        owned.append((package, tuple(sorted(paths))))
+    generated = RebuildLists(
+        files=lists.files, runpaths=lists.runpaths, generated=tuple(sorted(added))
+    )
+    return ArchSource(arch=arch, plan=plan, packages=tuple(owned), lists=generated)
+
+
+def write_source_package(arches: list[ArchSource], build: Path, epoch: int) -> list[str]:
+    """Write <source>_<version>.orig.tar.gz, .debian.tar.xz and .dsc into `build`; returns
+    their names."""
+    dpkg_source = need_tool("dpkg-source", "dpkg-dev")
+    first = arches[0].plan
+    distro = distro_of(first, "deb")
+    source = first.recipe.project
+    upstream = first.wheel.version
+    version = f"{upstream}-{distro.revision}"
+    scratch = Path(tempfile.mkdtemp(prefix=".debsrc-", dir=build))
+    try:
+        tree = scratch / f"{source}-{upstream}"
+        tree.mkdir()
+        for item in arches:
+            shutil.copyfile(item.plan.wheel.path, tree / item.plan.wheel.filename)
+        orig = f"{source}_{upstream}.orig.tar.gz"
+        _orig_tarball(scratch / orig, tree, [a.plan for a in arches], epoch)
+        _write_debian(tree / "debian", arches, epoch)
+        run_tool(
+            "dpkg-source could not build the source package",
+            [dpkg_source, "--build", tree.name],
+            cwd=scratch,
+            env={"SOURCE_DATE_EPOCH": str(epoch)},
+        )
+        names = [orig, f"{source}_{version}.debian.tar.xz", f"{source}_{version}.dsc"]
+        for name in names:
+            shutil.move(scratch / name, build / name)
+    finally:
+        shutil.rmtree(scratch)
+    return names
+
+
+def _orig_tarball(path: Path, tree: Path, plans: list[Plan], epoch: int) -> None:
+    """The orig tarball: <source>-<version>/ holding each architecture's wheel, byte for
+    byte as upstream published it; sorted, owned by root, dated `epoch`, gzip without name
+    or time, so that it is the same whoever builds it."""
+    with (
+        open(path, "wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar,
+    ):
+        top = tarfile.TarInfo(tree.name)
+        top.type, top.mode, top.mtime = tarfile.DIRTYPE, 0o755, epoch
+        tar.addfile(top)
+        for plan in sorted(plans, key=lambda p: p.wheel.filename):
+            info = tarfile.TarInfo(f"{tree.name}/{plan.wheel.filename}")
+            info.mode, info.mtime = 0o644, epoch
+            info.size = (tree / plan.wheel.filename).stat().st_size
+            with open(tree / plan.wheel.filename, "rb") as handle:
+                tar.addfile(info, handle)
+
+
+def _write_debian(debian: Path, arches: list[ArchSource], epoch: int) -> None:
+    """debian/: control, rules, changelog, copyright, source/format, the .install,
+    .triggers and symbols files, install-split with each architecture's lists, and the
+    generated files of each architecture."""
+    first = arches[0].plan
+    distro = distro_of(first, "deb")
+    version = f"{first.wheel.version}-{distro.revision}"
+    origin = origin_sentence(first, record_name("<arch>"))
+    files: dict[str, str] = {
+        "source/format": f"{FORMAT}\n",
+        "changelog": debmeta.changelog_text(
+            first.recipe.project, version, distro.maintainer, epoch, origin
+        ),
+        "copyright": debmeta.copyright_file(first, license_text(first), origin),
+        "control": _control(arches),
+        "rules": _rules(arches),
+        "clean": "debian/wheel/\n",
+        "wheels.sha256": "".join(
+            f"{a.plan.wheel.sha256}  {a.plan.wheel.filename}\n"
+            for a in sorted(arches, key=lambda a: a.plan.wheel.filename)
+        ),
+        "install-split": INSTALL_SPLIT,
+    }
+    for item in arches:
+        files[f"split/{item.arch.deb}.files"] = item.lists.files
+        files[f"split/{item.arch.deb}.runpaths"] = item.lists.runpaths
+    for name, (package, _) in _packages(arches).items():
+        if package.libraries:
+            files[f"{name}.triggers"] = debmeta.LDCONFIG_TRIGGER
+            files[f"shlibs/{name}.symbols"] = debmeta.symbols(
+                package.package.sonames, name, f"{name} (= {version})"
+            )
+    executable = {"rules"}
+    for name, text in _install_files(arches).items():
+        files[f"{name}.install"] = text
+        if text.startswith("#!"):
+            executable.add(f"{name}.install")
+    for relative, text in sorted(files.items()):
+        path = debian / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.chmod(0o755 if relative in executable else 0o644)
+    for item in arches:
+        for installed, data, is_executable in item.lists.generated:
+            path = debian / "generated" / item.arch.deb / installed
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            path.chmod(0o755 if is_executable else 0o644)
+
+
+def _packages(arches: list[ArchSource]) -> dict[str, tuple[DistroPackage, list[str]]]:
+    """Each binary package of the source, in build order, and the architectures having it."""
+    found: dict[str, tuple[DistroPackage, list[str]]] = {}
+    for item in arches:
+        for package, _ in item.packages:
+            found.setdefault(package.name, (package, []))[1].append(item.arch.deb)
+    return found
+
+
+def _control(arches: list[ArchSource]) -> str:
+    """debian/control: the source stanza, then one stanza per binary package, whose
+    Depends are the binary package's with debhelper's substitutions for what it computes."""
+    plan = arches[0].plan
+    distro = distro_of(plan, "deb")
+    tools = ["debhelper-compat (= 13)", "patchelf", "unzip"]
+    if any(line.startswith("#!") for line in _install_files(arches).values()):
+        tools.insert(1, "dh-exec")
+    lines = [
+        f"Source: {plan.recipe.project}",
+        "Section: libs",
+        "Priority: optional",
+        f"Maintainer: {distro.maintainer}",
+        f"Build-Depends: {', '.join(tools)}",
+        f"Standards-Version: {STANDARDS}",
+        "Rules-Requires-Root: no",
+    ]
+    if plan.wheel.home:
+        lines.append(f"Homepage: {plan.wheel.home}")
+    for name, (package, where) in _packages(arches).items():
+        depends = ["${misc:Depends}"]
+        if package.role != DEVELOPMENT:
+            depends.insert(0, "${shlibs:Depends}")
+        depends += [f"{r} (= ${{binary:Version}})" for r in package.requires]
+        if package.role != DEVELOPMENT:
+            depends += external_requirements(plan, package.package, "deb")
+            depends += debmeta.python_depends(plan, package.package)
+        lines += ["", f"Package: {name}", f"Architecture: {' '.join(where)}"]
+        if multi := debmeta.multi_arch(package):
+            lines.append(f"Multi-Arch: {multi}")
+        if debmeta.SECTIONS[package.role] != "libs":  # the source's, which it inherits
+            lines.append(f"Section: {debmeta.SECTIONS[package.role]}")
+        lines += [
+            f"Depends: {', '.join(depends)}",
+            debmeta.description_field(
+                debmeta.summary(package), debmeta.long_description(plan, package)
+            ),
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _rules(arches: list[ArchSource]) -> str:
+    """debian/rules: dh, with the install step install-split and the steps that would change
+    upstream's binaries (strip, dwz) left out."""
+    wheels = "".join(f"WHEEL_{a.arch.deb} = {a.plan.wheel.filename}\n" for a in arches)
+    supported = " ".join(a.arch.deb for a in arches)
+    libraries = [name for name, (p, _) in _packages(arches).items() if p.libraries]
+    symbols = "".join(
+        f"\tinstall -D -m 0644 debian/shlibs/{n}.symbols debian/{n}/DEBIAN/symbols\n"
+        for n in libraries
+    )
+    return f"""\
+#!/usr/bin/make -f
+# Generated by splitter. Nothing is compiled: the upstream wheel of the architecture being
+# built (checked against debian/wheels.sha256) is unzipped and its files installed where the
+# split packages have them by debian/install-split, with the lists in debian/split/ and the
+# generated files (CMake config, pkg-config, records) in debian/generated/.
+
+include /usr/share/dpkg/architecture.mk
+
+{wheels}WHEEL = $(WHEEL_$(DEB_HOST_ARCH))
+
+%:
+\tdh $@
+
+# upstream's binaries are shipped as built: nothing to configure, build or test
+override_dh_auto_configure override_dh_auto_build override_dh_auto_test:
+
+override_dh_auto_install:
+\t@test -n "$(WHEEL)" || {{ echo "no wheel for $(DEB_HOST_ARCH), only {supported}"; exit 1; }}
+\tsha256sum --check --strict debian/wheels.sha256
+\trm -rf debian/wheel
+\tunzip -q $(WHEEL) -d debian/wheel
+\tsh debian/install-split debian/wheel debian/split/$(DEB_HOST_ARCH).files \\
+\t\tdebian/split/$(DEB_HOST_ARCH).runpaths debian/generated/$(DEB_HOST_ARCH) debian/tmp
+
+# upstream's binaries are shipped as built, with no debug information to split off
+override_dh_strip override_dh_dwz override_dh_strip_nondeterminism:
+
+# the sonames carry no version (libexecutorch.so), so no shlibs file can name them: a symbols
+# file maps each to its package at exactly this version, as in the packages splitter builds
+override_dh_makeshlibs:
+{symbols}
+override_dh_missing:
+\tdh_missing --fail-missing
+
+# the exclusivity records stay readable JSON
+override_dh_compress:
+\tdh_compress -X.json
+"""
+
+
+def _install_files(arches: list[ArchSource]) -> dict[str, str]:
+    """debian/<package>.install for each package: the fewest paths that take exactly its
+    files from debian/tmp (a directory whose every file, in every architecture, is the
+    package's is one line), the triplet written as ${DEB_HOST_MULTIARCH}; a path only some
+    architectures have is marked with them, which dh-exec filters (then the file runs it)."""
+    owner: dict[str, str] = {}
+    where: dict[str, set[str]] = {}
+    for item in arches:
+        for package, paths in item.packages:
+            for path in paths:
+                if any(c in path for c in " \t*?[]\\"):
+                    raise UsageError(
+                        f"debhelper's .install files cannot list {path!r} "
+                        f"(from {item.plan.wheel.filename})\n"
+                        "report it: the wheel's file names are not expected to hold blanks or "
+                        "wildcards"
+                    )
+                general = path.replace(item.arch.triplet, MULTIARCH)
+                previous = owner.setdefault(general, package.name)
+                if previous != package.name:
+                    raise UsageError(
+                        f"{general} is in {previous} on one architecture and in {package.name} "
+                        f"on another ({item.plan.wheel.filename})\n"
+                        "make the recipe's rules give it one package on every platform"
+                    )
+                where.setdefault(general, set()).add(item.arch.deb)
+    owners_under: dict[str, set[str]] = {}
+    arches_under: dict[str, set[str]] = {}
+    for path, name in owner.items():
+        parent = posixpath.dirname(path)
+        while parent:
+            owners_under.setdefault(parent, set()).add(name)
+            arches_under.setdefault(parent, set()).update(where[path])
+            parent = posixpath.dirname(parent)
+    everywhere = {a.arch.deb for a in arches}
+    lines: dict[str, set[str]] = {}
+    for path, name in owner.items():
+        chosen, arches_of = path, where[path]
+        parts = path.split("/")
+        for depth in range(1, len(parts)):
+            directory = "/".join(parts[:depth])
+            if owners_under[directory] == {name}:
+                chosen, arches_of = directory, arches_under[directory]
+                break
+        restricted = "" if arches_of == everywhere else f"[{' '.join(sorted(arches_of))}] "
+        lines.setdefault(name, set()).add(f"{restricted}{chosen}")
+    out = {}
+    for name, entries in lines.items():
+        text = "".join(f"{line}\n" for line in sorted(entries, key=lambda e: e.split("] ")[-1]))
+        if any(e.startswith("[") for e in entries):
+            text = "#!/usr/bin/dh-exec\n" + text
+        out[name] = text
+    return out
