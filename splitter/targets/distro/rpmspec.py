@@ -1,22 +1,34 @@
-"""The RPM spec of a plan (pure text): one binary package per split package, %install copying
-the staged trees, rpm's own generators for the ELF and Python dependencies."""
+"""The RPM spec of a deb-less distro build (pure text), self-contained: Source0 is the upstream
+wheel (one Source per architecture in a release), checked against its sha256 in %prep; %install
+runs install-split with the lists of the staging splitter did and the generated files as
+further Sources; one binary package per library, development and Python package, rpm's own
+generators for the ELF dependencies. `rpmbuild --rebuild` of the .src.rpm, offline, gives the
+packages splitter builds from it."""
 
 from __future__ import annotations
 
 import posixpath
 import textwrap
+import time
+from dataclasses import dataclass
 
-from splitter.model import Distro, PackagePlan, Plan
+from splitter.model import Distro, Plan
+from splitter.plan.facts import Arch
+from splitter.plan.layout import Layout
 from splitter.plan.report import RECORD
 from splitter.targets.distro.common import (
+    DEVELOPMENT,
+    PYTHON,
+    DistroPackage,
+    covering_paths,
     exclusivity_sentence,
     external_requirements,
     has_bare_executable,
     has_env_script,
+    origin_sentence,
 )
 from splitter.targets.distro.debmeta import synopsis
-from splitter.targets.generated.files import SPLIT_FROM, split_from
-from splitter.targets.stage import Staged, own_directories
+from splitter.targets.generated.files import SPLIT_FROM
 
 # Macros every build of the spec needs, whoever runs it: upstream's binaries are shipped as
 # split (RUNPATHs edited, nothing else), so nothing strips, byte-compiles or splits debug info,
@@ -26,9 +38,14 @@ SPEC_MACROS = (
     ("__strip", "/bin/true"),
     ("__os_install_post", "%{nil}"),
     ("_build_id_links", "none"),
+    # SOURCE_DATE_EPOCH from the %changelog's date where the builder sets none (rpmbuild
+    # --rebuild): splitter sets that same time, so a rebuild gives the same bytes
+    ("source_date_epoch_from_changelog", "1"),
     ("use_source_date_epoch_as_buildtime", "1"),
     ("clamp_mtime_to_source_date_epoch", "1"),
     ("_buildhost", "reproducible"),
+    ("_binary_payload", "w3.zstdio"),  # zstd level 3, one thread: depends on nothing else
+    ("_source_payload", "w3.zstdio"),
     # rpm's Python dist generator reads the dist-info with whatever `packaging` the build
     # machine's /usr/bin/python3 has (Debian's has none: it fails and adds nothing), so its
     # output would depend on the machine. The Python requirements stay in the shipped METADATA.
@@ -52,8 +69,9 @@ RPMLINT_FILTERS = (
     (
         "library",
         "non-versioned-file-in-library-package",
-        "with unversioned sonames there is no versioned runtime package to split headers and "
-        "CMake files from; the runtime package is runtime and development package in one",
+        "upstream's sonames carry no version, so the library package's name has none "
+        "(no libexecutorch1); its licence and exclusivity record stay with the libraries, "
+        "the headers, CMake and pkg-config files are in the -devel package",
     ),
     (
         "library",
@@ -84,90 +102,144 @@ RPMLINT_FILTERS = (
 )
 
 
-def rpmlintrc(plan: Plan, staged: Staged, distro: Distro) -> str:
-    """The rpmlintrc of the packages: each kept error filtered after a comment with its reason."""
-    names = dict(distro.names)
-    lines = [f"# rpmlint filters for the {plan.recipe.project} packages split by splitter"]
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpecArch:
+    """One architecture's part of the spec: its wheel and the Sources install-split reads
+    (by file name), its packages with their installed paths, and the linter facts read from
+    the staged files (which are gone by the time the spec is written)."""
+
+    arch: Arch
+    plan: Plan
+    layout: Layout
+    wheel: str  # the Source file names
+    files: str
+    runpaths: str
+    generated: str
+    licence: str  # the licence's file name in each package's licence directory
+    packages: tuple[tuple[DistroPackage, tuple[str, ...]], ...]  # package, its /usr paths
+    bare: frozenset[str]  # packages with an executable neither ELF nor script
+    env: frozenset[str]  # packages with a script run through /usr/bin/env
+
+
+def spec_arch(
+    plan: Plan,
+    arch: Arch,
+    layout: Layout,
+    packages: list[DistroPackage],
+    sources: tuple[str, str, str, str],
+    licence: str,
+) -> SpecArch:
+    """The architecture's part of the spec, read while its staged files exist."""
+    root = "/" + layout.prefix.strip("/")
+    return SpecArch(
+        arch=arch,
+        plan=plan,
+        layout=layout,
+        wheel=sources[0],
+        files=sources[1],
+        runpaths=sources[2],
+        generated=sources[3],
+        licence=licence,
+        packages=tuple((p, tuple(posixpath.join(root, f.path) for f in p.files)) for p in packages),
+        bare=frozenset(p.name for p in packages if has_bare_executable(p.files)),
+        env=frozenset(p.name for p in packages if has_env_script(p.files)),
+    )
+
+
+def rpmlintrc(arches: list[SpecArch]) -> str:
+    """The rpmlintrc of the packages: each kept error filtered after a comment with its
+    reason, only where it applies (rpmlint reports a filter that matches nothing)."""
+    first = arches[0].plan
+    lines = [f"# rpmlint filters for the {first.recipe.project} packages split by splitter"]
+    packages = _packages(arches)
     for role, check, reason in RPMLINT_FILTERS:
-        for package in plan.packages:
-            # rpmlint reports a filter that matches nothing: these two only where the files are
-            bare = check == "script-without-shebang" and not has_bare_executable(
-                staged, package.name
-            )
-            env = check == "env-script-interpreter" and not has_env_script(staged, package.name)
-            if bare or env:
+        for name, (package, _) in packages.items():
+            if check == "script-without-shebang" and not any(name in a.bare for a in arches):
                 continue
-            library = not package.python and bool(package.sonames)
+            if check == "env-script-interpreter" and not any(name in a.env for a in arches):
+                continue
             if (
                 role == "any"
-                or (role == "python" and package.python)
-                or (role == "library" and library)
+                or (role == "python" and package.role == PYTHON)
+                or (role == "library" and package.libraries)
             ):
-                name = names[package.name].replace(".", "\\.").replace("+", "\\+")
-                lines += [f"# {reason}", f'addFilter("^{name}\\.[^:]+: E: {check}( |$)")']
+                pattern = name.replace(".", "\\.").replace("+", "\\+")
+                lines += [f"# {reason}", f'addFilter("^{pattern}\\.[^:]+: E: {check}( |$)")']
     return "\n".join(lines) + "\n"
 
 
-def spec_name(plan: Plan, distro: Distro) -> str:
-    """The spec's Name: the project (the source package of all three)."""
+def spec_name(plan: Plan) -> str:
+    """The spec's Name: the project (the source package of every binary package)."""
     return plan.recipe.project
 
 
-def render_spec(
-    plan: Plan, staged: Staged, distro: Distro, licence_name: str, sources: dict[str, str]
-) -> str:
-    """The spec; `sources` maps each package to its exclusivity record's Source file name."""
-    names = dict(distro.names)
-    name = spec_name(plan, distro)
-    release = distro.revision
-    layout = staged.layout
+def _packages(arches: list[SpecArch]) -> dict[str, tuple[DistroPackage, list[str]]]:
+    """Each binary package, in order, with the architectures (rpm's names) having it."""
+    found: dict[str, tuple[DistroPackage, list[str]]] = {}
+    for item in arches:
+        for package, _ in item.packages:
+            found.setdefault(package.name, (package, []))[1].append(item.arch.machine)
+    return found
+
+
+def render_spec(arches: list[SpecArch], distro: Distro, install_split: str) -> str:
+    """The spec of a release's Linux wheels (one per architecture)."""
+    first = arches[0].plan
+    name = spec_name(first)
+    machines = [a.arch.machine for a in arches]
     lines = [
-        f"# Generated by splitter from {plan.wheel.filename}",
-        f"# (sha256 {plan.wheel.sha256}).",
-        "# Rebuild: stage the trees with `splitter build --target tree --prefix /usr",
-        f"# --libdir {layout.libdir} --sitedir {layout.sitedir} --rpath strip -o TREES WHEEL`, put",
-        "# the Source files beside this spec, then",
-        '# rpmbuild -bb --define "splitter_trees TREES" --define "_sourcedir $PWD" this.spec',
+        f"# Generated by splitter from {', '.join(a.plan.wheel.filename for a in arches)}.",
+        "# Self-contained: rpmbuild --rebuild the .src.rpm (BuildRequires: unzip, patchelf).",
         "",
         *(f"%global {key} {value}" for key, value in SPEC_MACROS),
-        "%{!?splitter_trees:%global splitter_trees %{_sourcedir}/trees}",
         "",
         f"Name: {name}",
-        f"Version: {plan.wheel.version}",
-        f"Release: {release}",
+        f"Version: {first.wheel.version}",
+        f"Release: {distro.revision}",
         f"Packager: {distro.maintainer}",
-        f"License: {plan.wheel.license or 'unknown'}",
+        f"License: {first.wheel.license or 'unknown'}",
     ]
-    if plan.wheel.home:
-        lines.append(f"URL: {plan.wheel.home}")
-    lines.append(f"Source0: {licence_name}")
-    for index, package in enumerate(plan.packages, start=1):
-        lines.append(f"Source{index}: {sources[package.name]}")
+    if first.wheel.home:
+        lines.append(f"URL: {first.wheel.home}")
+    lines.append(f"ExclusiveArch: {' '.join(machines)}")
+    sources = [a.wheel for a in arches] + [install_split]
+    sources += [s for a in arches for s in (a.files, a.runpaths, a.generated)]
+    number = {source: index for index, source in enumerate(sources)}
+    lines += [f"Source{index}: {source}" for index, source in enumerate(sources)]
+    lines += ["BuildRequires: unzip", "BuildRequires: patchelf"]
+    packages = _packages(arches)
     # The package named like the spec is the main one: its Summary and %description are the
     # spec's own; without one, the spec's come from the wheel (and no main package is built).
-    main = [p for p in plan.packages if names[p.name] == name]
-    if not main:
-        summary = synopsis(plan.wheel.summary or name)
+    if name not in packages:
+        summary = synopsis(first.wheel.summary or name)
         lines += [f"Summary: {summary}", "", "%description", _wrap(summary), ""]
-    for package in main + [p for p in plan.packages if p not in main]:
-        lines += _package_section(plan, package, names, name, release)
-    lines += ["%prep", "", "%build", "", "%install"]
-    for package in plan.packages:
-        lines.append(f"cp -a %{{splitter_trees}}/{package.name}/. %{{buildroot}}/")
-    for index, package in enumerate(plan.packages, start=1):
-        rpm_name = names[package.name]
-        lines.append(
-            f"install -D -p -m 0644 %{{SOURCE0}} %{{buildroot}}%{{_licensedir}}/{rpm_name}/"
-            f"{licence_name}"
-        )
-        lines.append(
-            f"install -D -p -m 0644 %{{SOURCE{index}}} "
-            f"%{{buildroot}}%{{_docdir}}/{rpm_name}/{RECORD}"
-        )
+    order = sorted(packages, key=lambda n: n != name)
+    for package_name in order:
+        package, where = packages[package_name]
+        lines += _package_section(first, package, where, machines, name)
+    lines += ["%prep", "%setup -q -c -T"]
+    for item in arches:
+        lines += [
+            f"%ifarch {item.arch.machine}",
+            f'echo "{item.plan.wheel.sha256}  %{{SOURCE{number[item.wheel]}}}" '
+            "| sha256sum --check --strict -",
+            f"unzip -q %{{SOURCE{number[item.wheel]}}} -d wheel",
+            "mkdir generated",
+            f"tar -xf %{{SOURCE{number[item.generated]}}} -C generated",
+            "%endif",
+        ]
+    lines += ["", "%build", "", "%install"]
+    for item in arches:
+        lines += [
+            f"%ifarch {item.arch.machine}",
+            f"sh %{{SOURCE{number[install_split]}}} wheel %{{SOURCE{number[item.files]}}} "
+            f"%{{SOURCE{number[item.runpaths]}}} generated %{{buildroot}}",
+            "%endif",
+        ]
     lines.append("")
-    for package in plan.packages:
-        lines += _files_section(plan, staged, package, names, name, licence_name)
-    lines += ["%changelog", *changelog(plan, distro)]
+    for package_name in order:
+        lines += _files_section(arches, packages[package_name][0], name)
+    lines += ["%changelog", *changelog(first, distro, arches)]
     return "\n".join(lines) + "\n"
 
 
@@ -177,29 +249,37 @@ def _suffix(rpm_name: str, spec: str) -> str:
 
 
 def _package_section(
-    plan: Plan, package: PackagePlan, names: dict[str, str], spec: str, release: str
+    plan: Plan, package: DistroPackage, where: list[str], machines: list[str], spec: str
 ) -> list[str]:
-    rpm_name = names[package.name]
     lines = []
-    if rpm_name != spec:
-        lines.append(f"%package -n {rpm_name}")
-    lines.append(f"Summary: {synopsis(package.summary)}")
-    lines.append(
-        f"Group: {'Development/Languages/Python' if package.python else 'System/Libraries'}"
-    )
-    for dep in package.depends:
-        lines.append(f"Requires: {names[dep.name]} = {package.version}-{release}")
-    for requirement in external_requirements(plan, package, "rpm"):
-        lines.append(f"Requires: {requirement}")
-    record = f"/usr/share/doc/{rpm_name}/{RECORD}"
-    lines += [
-        "",
-        f"%description{_suffix(rpm_name, spec)}",
-        _wrap(
-            f"{package.summary}. {split_from(plan)} {exclusivity_sentence(plan, package, record)}"
-        ),
-        "",
-    ]
+    if package.name != spec:
+        lines.append(f"%package -n {package.name}")
+    if package.role == DEVELOPMENT:
+        summary = f"{package.requires[0]} development files: headers, CMake and pkg-config"
+        group = "Development/Libraries"
+    else:
+        summary = synopsis(package.package.summary)
+        group = "Development/Languages/Python" if package.role == PYTHON else "System/Libraries"
+    lines += [f"Summary: {summary}", f"Group: {group}"]
+    if where != machines:
+        lines.append(f"ExclusiveArch: {' '.join(where)}")
+    # %{?_isa}: the sibling of this package's own architecture, as on a multilib system
+    lines += [f"Requires: {r}%{{?_isa}} = %{{version}}-%{{release}}" for r in package.requires]
+    if package.role != DEVELOPMENT:
+        lines += [f"Requires: {r}" for r in external_requirements(plan, package.package, "rpm")]
+    record = f"/usr/share/doc/{package.name}/{RECORD}"
+    origin = origin_sentence(plan, RECORD)
+    if package.role == DEVELOPMENT:
+        text = (
+            f"The headers, the CMake package config (find_package(executorch)) and the "
+            f"pkg-config files of {package.requires[0]}: what building against it needs. {origin}"
+        )
+    else:
+        text = (
+            f"{package.package.summary}. {origin} "
+            f"{exclusivity_sentence(plan, package.package, record)}"
+        )
+    lines += ["", f"%description{_suffix(package.name, spec)}", _wrap(text), ""]
     return lines
 
 
@@ -207,34 +287,83 @@ def _wrap(text: str) -> str:
     return "\n".join(textwrap.wrap(text, width=79, break_long_words=False, break_on_hyphens=False))
 
 
-def _files_section(
-    plan: Plan,
-    staged: Staged,
-    package: PackagePlan,
-    names: dict[str, str],
-    spec: str,
-    licence_name: str,
-) -> list[str]:
-    """%files: every staged file, %dir for the directories this package creates that no
-    dependency and no system package owns, the licence and the exclusivity record."""
-    layout = staged.layout
-    mine = own_directories(staged, package.name, (d.name for d in package.depends))
-    root = "/" + layout.prefix.strip("/")
-    rpm_name = names[package.name]
-    lines = [f"%files{_suffix(rpm_name, spec)}", "%defattr(-,root,root,-)"]
-    lines.append(f"%license %{{_licensedir}}/{rpm_name}/{licence_name}")
-    lines.append(f"%doc %{{_docdir}}/{rpm_name}/{RECORD}")
-    lines += [f'%dir "{posixpath.join(root, d)}"' for d in sorted(mine)]
-    lines += [f'"{posixpath.join(root, item.path)}"' for item in staged.packages[package.name]]
+def _files_section(arches: list[SpecArch], package: DistroPackage, spec: str) -> list[str]:
+    """%files: the fewest paths that are exactly the package's files, a directory standing
+    for its files where the package creates it (no dependency or standard directory: those
+    stay unowned, as before), %dir for the other directories it creates, the licence and the
+    exclusivity record; lines only some architectures have in %ifarch."""
+    listed: dict[str, dict[str, list[str]]] = {}
+    mine: dict[str, set[str]] = {}
+    for item in arches:
+        paths = {p.name: list(files) for p, files in item.packages}
+        listed[item.arch.machine] = paths
+        taken = _standard_dirs(item.layout)
+        for dependency in package.requires:
+            taken |= {d for path in paths.get(dependency, []) for d in _parents(path)}
+        own = {d for path in paths.get(package.name, []) for d in _parents(path)} - taken
+        mine[item.arch.machine] = own
+    everywhere = tuple(sorted(a.arch.machine for a in arches))
+    entries = covering_paths(
+        listed, lambda directory, name: all(directory in m for m in mine.values())
+    )[package.name]
+    covered = {path for path, _ in entries}
+    lines = [f"%files{_suffix(package.name, spec)}", "%defattr(-,root,root,-)"]
+    lines.append(f"%license %{{_licensedir}}/{package.name}/{arches[0].licence}")
+    if package.role != DEVELOPMENT:
+        lines.append(f"%doc %{{_docdir}}/{package.name}/{RECORD}")
+    own_dirs = {d for m in mine.values() for d in m}
+    dirs = sorted(d for d in own_dirs if not any(d == c or d.startswith(c + "/") for c in covered))
+    by_arch: dict[tuple[str, ...], list[str]] = {}
+    for directory in dirs:
+        found = tuple(sorted(a for a, m in mine.items() if directory in m))
+        by_arch.setdefault(found, []).append(f'%dir "{directory}"')
+    for path, found in entries:
+        by_arch.setdefault(found, []).append(f'"{path}"')
+    lines += by_arch.pop(everywhere, [])
+    for found, group in sorted(by_arch.items()):
+        lines += [f"%ifarch {' '.join(found)}", *group, "%endif"]
     return [*lines, ""]
 
 
-def changelog(plan: Plan, distro: Distro) -> list[str]:
-    """One %changelog entry, dated by the wheel."""
-    import time
+def _standard_dirs(layout: Layout) -> set[str]:
+    """The layout's install directories and their parents: the system owns them."""
+    root = "/" + layout.prefix.strip("/")
+    taken: set[str] = set()
+    for base in (
+        layout.libdir,
+        layout.includedir,
+        layout.sitedir,
+        layout.bindir,
+        layout.pkgconfigdir,
+        f"{layout.libdir}/cmake",
+    ):
+        full = posixpath.join(root, base)
+        taken |= {full, *_parents(full)}
+    return taken
 
-    date = time.strftime("%a %b %d %Y", time.gmtime(plan.wheel.timestamp))
+
+def _parents(path: str) -> list[str]:
+    parents = []
+    parent = posixpath.dirname(path)
+    while parent not in ("", "/"):
+        parents.append(parent)
+        parent = posixpath.dirname(parent)
+    return parents
+
+
+def changelog_epoch(plans: list[Plan]) -> int:
+    """The time of the packages: the start (UTC) of the day of the newest wheel, which the
+    %changelog names, so that source_date_epoch_from_changelog gives the same time."""
+    newest = max(p.wheel.timestamp for p in plans)
+    return newest - newest % 86400
+
+
+def changelog(plan: Plan, distro: Distro, arches: list[SpecArch]) -> list[str]:
+    """One %changelog entry, dated by the newest wheel of the release."""
+    epoch = changelog_epoch([a.plan for a in arches])
+    date = time.strftime("%a %b %d %Y", time.gmtime(epoch))
+    wheels = ", ".join(a.plan.wheel.filename for a in arches)
     return [
         f"* {date} {distro.maintainer} - {plan.wheel.version}-{distro.revision}",
-        f"- {SPLIT_FROM} {plan.wheel.filename}",
+        f"- {SPLIT_FROM} {wheels}",
     ]
