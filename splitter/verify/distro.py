@@ -18,8 +18,9 @@ from splitter.tools import need_tool, run_tool, tool_path
 VERIFY = "verify reads and installs the packages with it"  # why a missing tool is needed
 
 
-def _record(command: list[str], package: Path, stdin: Any = None) -> dict[str, Any]:
-    """The exclusivity record inside a package, read from its payload as a tar stream."""
+def _record(command: list[str], stdin: Any = None) -> dict[str, Any] | None:
+    """The exclusivity record inside a package, read from its payload as a tar stream; None
+    for a package without one (a development package)."""
     with subprocess.Popen(
         command, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
     ) as proc:
@@ -32,17 +33,13 @@ def _record(command: list[str], package: Path, stdin: Any = None) -> dict[str, A
                     data: dict[str, Any] = json.loads(handle.read())
                     proc.kill()
                     return data
-    raise UsageError(
-        f"no {RECORD} in the package (not built by splitter?): {package}\n"
-        "point verify at the -o directory of `splitter build --target deb|rpm`"
-    )
+    return None
 
 
-def records(out: Path, kind: str) -> dict[Path, dict[str, Any]]:
-    """Each .deb or .rpm of OUT and the exclusivity record it ships (its plan package): this
-    machine's architecture's when OUT has them (a release's OUT holds both), else the other
-    Linux architecture's, whose programs verify runs under emulation
-    (splitter.verify.emulate)."""
+def arch_packages(out: Path, kind: str) -> list[Path]:
+    """The .deb or .rpm files of OUT of one architecture: this machine's when OUT has them (a
+    release's OUT holds both), else the other Linux architecture's, whose programs verify
+    runs under emulation (splitter.verify.emulate)."""
     arch = ARCHES.get(platform.machine())
     if arch is None:
         raise UsageError(
@@ -54,19 +51,33 @@ def records(out: Path, kind: str) -> dict[Path, dict[str, Any]]:
         return f"_{arch.deb}.deb" if kind == "deb" else f".{arch.machine}.rpm"
 
     chosen = next((a for a in (arch, *ARCHES.values()) if any(out.glob(f"*{suffix(a)}"))), arch)
+    found = sorted(out.glob(f"*{suffix(chosen)}"))
+    if not found:
+        raise UsageError(
+            f"no .{kind} of a Linux architecture in the output: {out}\n"
+            "point verify at the -o directory of `splitter build --target deb|rpm`"
+        )
+    return found
+
+
+def records(packages: list[Path], kind: str) -> dict[Path, dict[str, Any]]:
+    """The exclusivity record each package of `packages` ships (library and Python packages
+    do, development packages not); at least one must."""
     found = {}
-    for package in sorted(out.glob(f"*{suffix(chosen)}")):
+    for package in packages:
         if kind == "deb":
             command = [need_tool("dpkg-deb", "dpkg", VERIFY), "--fsys-tarfile", str(package)]
-            found[package] = _record(command, package)
+            record = _record(command)
         else:
             # rpm2archive turns the payload into a gzip'd tar on stdout
             command = [need_tool("rpm2archive", "rpm2cpio", VERIFY), "-"]
             with package.open("rb") as stdin:
-                found[package] = _record(command, package, stdin)
+                record = _record(command, stdin)
+        if record is not None:
+            found[package] = record
     if not found:
         raise UsageError(
-            f"no .{kind} of a Linux architecture in the output: {out}\n"
+            f"no {RECORD} in any package (not built by splitter?): {packages[0].parent}\n"
             "point verify at the -o directory of `splitter build --target deb|rpm`"
         )
     return found

@@ -86,7 +86,9 @@ def install(
     elif kind == "wheel":
         installed = _wheel(out, scratch, chosen)
     elif kind in ("deb", "rpm"):
-        installed = _distro(kind, out, scratch, only, manifest.provider(QUANTIZED) or "")
+        installed = _distro(
+            kind, out, scratch, only, manifest.provider(QUANTIZED) or "", manifest.artifacts
+        )
     else:
         installed = _tree(out, scratch, chosen)
     runtime = manifest.provider(RUNTIME) or ""
@@ -101,20 +103,34 @@ def install(
 
 
 def _distro(
-    kind: str, out: Path, scratch: Path, only: tuple[str, ...] | None, quantized: str
+    kind: str,
+    out: Path,
+    scratch: Path,
+    only: tuple[str, ...] | None,
+    quantized: str,
+    artifacts: tuple[Artifact, ...],
 ) -> Installed:
-    """Install OUT's .deb or .rpm files (those of the plan packages in `only`) with dpkg or
-    rpm into a scratch root; which plan package a file holds is in its exclusivity record."""
-    from splitter.verify.distro import install_packages, records
+    """Install OUT's .deb or .rpm files of one architecture (those of the plan packages in
+    `only`: the manifest says which package each file holds) with dpkg or rpm into a scratch
+    root; the library and Python packages' exclusivity records give the verdicts and the
+    names, among them the development package the CMake config names for a component."""
+    from splitter.verify.distro import arch_packages, install_packages, records
 
-    every = records(out, kind)
-    chosen = {p: r for p, r in every.items() if only is None or r["package"] in only}
+    package_of = {out / a.path: a.package for a in artifacts}
+    files = arch_packages(out, kind)
+    chosen = [f for f in files if only is None or package_of[f] in only]
+    every = records(files, kind)
     root = scratch / "root"
     unmet = install_packages(kind, sorted(chosen), root)
     usr = root / "usr"
     libdir = next((p.parent for p in sorted(usr.rglob("libexecutorch.so"))), usr / "lib")
     site = next(iter(sorted(usr.glob("lib*/python*/*-packages"))), None)
     config = libdir / "cmake" / "executorch"
+    named = [
+        r.get("development_package") or r["distro_package"]
+        for r in every.values()
+        if r["package"] == quantized
+    ]
     return Installed(
         kind=kind,
         root=root,
@@ -124,15 +140,18 @@ def _distro(
         cmake_prefix=usr if kind == "deb" or not config.is_dir() else config,
         install_prefix=usr,
         sitedir=site,
-        packages=tuple(r["package"] for r in chosen.values()),
-        verdicts=_unique([v for r in chosen.values() for v in r["pairs"]]),
-        quantized_name=next(
-            (r["distro_package"] for r in every.values() if r["package"] == quantized), ""
-        ),
+        packages=tuple(dict.fromkeys(package_of[f] for f in chosen)),
+        verdicts=_unique([v for f, r in every.items() if f in chosen for v in r["pairs"]]),
+        quantized_name=next(iter(named), ""),
         runtime="",
         quantized="",
         unmet=unmet,
-        split_names=tuple(sorted(r["distro_package"] for r in every.values())),
+        split_names=tuple(
+            sorted(
+                {r["distro_package"] for r in every.values()}
+                | {r["development_package"] for r in every.values() if "development_package" in r}
+            )
+        ),
     )
 
 
