@@ -196,6 +196,30 @@ CASES = [
     pytest.param(
         BadRecipe(
             change=edit(
+                "[deb.system]\n",
+                '[deb.dev_names]\nexecutorch-runtime = "python3-executorch"\n\n[deb.system]\n',
+            ),
+            what="'python3-executorch' names both a package and a development package",
+            key="deb.dev_names",
+            at=lambda t: line_of(t, "[deb.dev_names]"),
+        ),
+        id="deb-dev-name-taken",
+    ),
+    pytest.param(
+        BadRecipe(
+            change=edit(
+                "[deb.system]\n",
+                '[deb.dev_names]\nexecutorch-runtim = "libexecutorch-dev"\n\n[deb.system]\n',
+            ),
+            what="unknown package 'executorch-runtim'",
+            key="deb.dev_names.executorch-runtim",
+            at=lambda t: line_of(t, "executorch-runtim ="),
+        ),
+        id="deb-dev-name-unknown-package",
+    ),
+    pytest.param(
+        BadRecipe(
+            change=edit(
                 'executorch-runtime = "executorch"\n', 'executorch-runtime = "Executorch"\n'
             ),
             what="not a package name",

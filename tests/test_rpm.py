@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 import re
 import shutil
 import subprocess
@@ -30,6 +31,12 @@ NAMES = {
     "executorch-kernels-quantized": "executorch-kernels-quantized",
     "executorch-export": "python3-executorch",
 }
+DEVEL = {
+    "executorch-runtime": "executorch-devel",
+    "executorch-kernels-quantized": "executorch-kernels-quantized-devel",
+}
+EVERY = [*NAMES.values(), *DEVEL.values()]
+DEV_DIRS = ("/usr/include/", "/usr/lib64/cmake/", "/usr/lib64/pkgconfig/")
 # What this Debian machine's empty rpm database cannot provide: the C and C++ runtime, the
 # dynamic loader, torch, Python and the tools scripts name. Any other unmet dependency fails.
 SYSTEM = re.compile(
@@ -51,14 +58,15 @@ def rpms(real_plan: Plan, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("rpm") / "out"
     written = build_output(RpmBuilder(), real_plan, out).written
     assert sorted(p.name for p in written if p.suffix == ".rpm") == sorted(
-        f"{name}-{VR}.x86_64.rpm" for name in NAMES.values()
+        [f"{name}-{VR}.x86_64.rpm" for name in EVERY] + [f"executorch-{VR}.src.rpm"]
     )
-    assert (out / "SPECS" / "executorch.x86_64.spec").is_file()
+    assert (out / "SPECS" / "executorch.spec").is_file()
     return out
 
 
-def rpm_of(rpms: Path, package: str) -> Path:
-    return rpms / f"{NAMES[package]}-{VR}.x86_64.rpm"
+def rpm_of(rpms: Path, package: str, arch: str = "x86_64") -> Path:
+    """The .rpm of a split package (its plan name) or of a distro package (its own name)."""
+    return rpms / f"{NAMES.get(package, package)}-{VR}.{arch}.rpm"
 
 
 def query(*args: str) -> list[str]:
@@ -80,7 +88,7 @@ def installed(rpms: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("rpmroot") / "root"
     root.mkdir()
     assert rpm_root(root, "--initdb").returncode == 0
-    files = [str(rpm_of(rpms, p)) for p in NAMES]
+    files = [str(rpm_of(rpms, p)) for p in EVERY]
     test = rpm_root(root, "-i", "--test", *files)
     unmet = [line.strip() for line in test.stderr.splitlines() if " is needed by " in line]
     assert unmet, test.stderr  # glibc at least: the empty database cannot know it
@@ -93,9 +101,11 @@ def installed(rpms: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_rpmlint_no_errors_and_every_filter_has_a_reason(rpms: Path) -> None:
     _need("rpmlint")
-    rc = rpms / "SPECS" / "executorch.x86_64.rpmlintrc"
+    rc = rpms / "SPECS" / "executorch.rpmlintrc"
+    packages = sorted(map(str, rpms.glob("*.rpm")))
+    assert len(packages) == 6  # five binary packages and the .src.rpm
     result = subprocess.run(
-        ["rpmlint", "-r", str(rc), *sorted(map(str, rpms.glob("*.rpm")))],
+        ["rpmlint", "-r", str(rc), *packages],
         capture_output=True,
         text=True,
         check=False,
@@ -114,17 +124,36 @@ def test_provides_and_requires(rpms: Path) -> None:
     assert f"executorch = {VR}" in provides
     requires = query("-qp", "--requires", str(rpm_of(rpms, "executorch-kernels-quantized")))
     assert "libexecutorch.so()(64bit)" in requires  # rpm's own ELF generator
-    assert f"executorch = {VR}" in requires  # the sibling at the exact version-release
+    # the sibling at the exact version-release, of the same architecture (%{?_isa})
+    assert f"executorch(x86-64) = {VR}" in requires
     export = query("-qp", "--requires", str(rpm_of(rpms, "executorch-export")))
     assert "(python3-torch >= 2.13 with python3-torch < 2.14)" in export  # [externals.torch]
-    assert f"executorch-kernels-quantized = {VR}" in export
-    for package in NAMES:
+    assert f"executorch-kernels-quantized(x86-64) = {VR}" in export
+    assert not [r for r in export if "devel" in r], export  # Python needs no -devel
+    devel = query("-qp", "--requires", str(rpm_of(rpms, "executorch-devel")))
+    assert f"executorch(x86-64) = {VR}" in devel, devel
+    assert "pkgconfig(executorch) = 1.5.1" in query(
+        "-qp", "--provides", str(rpm_of(rpms, "executorch-devel"))
+    )
+    quantized_devel = query(
+        "-qp", "--requires", str(rpm_of(rpms, "executorch-kernels-quantized-devel"))
+    )
+    assert f"executorch-kernels-quantized(x86-64) = {VR}" in quantized_devel
+    assert f"executorch-devel(x86-64) = {VR}" in quantized_devel
+    library = query("-qpl", str(rpm_of(rpms, "executorch-runtime")))
+    assert "/usr/lib64/libexecutorch.so" in library
+    assert not [f for f in library if f.endswith((".h", ".cmake", ".pc"))], library
+    assert "/usr/include/executorch/runtime/core/evalue.h" in query(
+        "-qpl", str(rpm_of(rpms, "executorch-devel"))
+    )
+    for package in EVERY:
         conflicts = query("-qp", "--conflicts", str(rpm_of(rpms, package)))
         assert conflicts == []
 
 
-def expected_files(plan: Plan, package: str) -> set[str]:
-    """The plan's files for one package under the RPM layout, plus licence and record."""
+def expected_files(plan: Plan, package: str) -> dict[str, set[str]]:
+    """The plan's files for one split package under the RPM layout, cut into its library
+    (or Python) package and its -devel package, plus licence and record."""
     layout = dataclasses.replace(
         make_layout(plan.wheel, "/usr", "lib64", "include", "lib64/python3.11/site-packages"),
         interpreter="/usr/bin/python3",
@@ -137,20 +166,27 @@ def expected_files(plan: Plan, package: str) -> set[str]:
     }
     files |= {f"/usr/{path}" for path, _, _ in generated_files(plan, pkg, layout)}
     name = NAMES[package]
-    files.add(f"/usr/share/licenses/{name}/LICENSE")
-    files.add(f"/usr/share/doc/{name}/splitter-process-exclusive.json")
-    return files
+    dev = {f for f in files if f.startswith(DEV_DIRS)} if package in DEVEL else set()
+    cut = {name: (files - dev) | {f"/usr/share/doc/{name}/splitter-process-exclusive.json"}}
+    if dev:
+        cut[DEVEL[package]] = dev
+    for each in cut:
+        cut[each].add(f"/usr/share/licenses/{each}/LICENSE")
+    return cut
 
 
 def test_rpm_lists_the_plan(installed: Path, real_plan: Plan) -> None:
-    for package, name in NAMES.items():
-        listed = rpm_root(installed, "-ql", name)
-        assert listed.returncode == 0, listed.stderr
-        files = {p for p in listed.stdout.splitlines() if not (installed / p.lstrip("/")).is_dir()}
-        assert files == expected_files(real_plan, package), name
+    for package in NAMES:
+        for name, expected in expected_files(real_plan, package).items():
+            listed = rpm_root(installed, "-ql", name)
+            assert listed.returncode == 0, listed.stderr
+            files = {
+                p for p in listed.stdout.splitlines() if not (installed / p.lstrip("/")).is_dir()
+            }
+            assert files == expected, name
     owner = rpm_root(installed, "-qf", "/usr/lib64/libexecutorch_kernels_quantized.so")
     assert owner.stdout.strip() == f"executorch-kernels-quantized-{VR}.x86_64"
-    verify = rpm_root(installed, "-V", "--nodeps", *NAMES.values())
+    verify = rpm_root(installed, "-V", "--nodeps", *EVERY)
     assert verify.returncode == 0, verify.stdout + verify.stderr  # sizes, digests, modes
 
 
@@ -172,7 +208,7 @@ def test_aarch64_reproducible(real_wheel_aarch64: Path, tmp_path: Path) -> None:
     assert query("-qp", "--qf", "%{ARCH}", str(runtime)) == ["aarch64"]
     assert "libexecutorch.so()(64bit)" in query("-qp", "--provides", str(runtime))
     assert "/usr/lib64/libexecutorch.so" in query("-qpl", str(runtime))
-    rc = tmp_path / "a" / "SPECS" / "executorch.aarch64.rpmlintrc"
+    rc = tmp_path / "a" / "SPECS" / "executorch.rpmlintrc"
     lint = subprocess.run(
         ["rpmlint", "-r", str(rc), *(str(p) for p in first if p.suffix == ".rpm")],
         capture_output=True,
@@ -242,3 +278,65 @@ def test_verify_fails_an_unmet_dependency_inside_the_split(rpms: Path, tmp_path:
     check = depends_check(install(rpms, tmp_path / "x", ("executorch-export",)))
     assert check.status is Status.FAIL
     assert "executorch" in check.detail and "kernels-quantized" in check.detail, check
+
+
+def test_src_rpm_rebuilds_the_same_packages(rpms: Path, tmp_path: Path) -> None:
+    """The .src.rpm is self-contained: rpmbuild --rebuild, offline, in a fresh topdir, with
+    no SOURCE_DATE_EPOCH of its own (the spec takes it from its %changelog), gives the five
+    .rpm files byte for byte; its spec checks the wheel's sha256 in %prep."""
+    srpm = rpms / f"executorch-{VR}.src.rpm"
+    contents = query("-qpl", str(srpm))
+    assert "executorch-1.5.1-cp311-cp311-manylinux_2_28_x86_64.whl" in contents
+    with srpm.open("rb") as stdin:
+        spec = subprocess.run(
+            ["rpm2archive", "-"], stdin=stdin, capture_output=True, check=True
+        ).stdout
+    import io
+    import tarfile
+
+    with tarfile.open(fileobj=io.BytesIO(spec)) as archive:
+        text = archive.extractfile("./executorch.spec").read().decode()  # type: ignore[union-attr]
+    assert "sha256sum --check" in text and "Source0: executorch-1.5.1-cp311" in text
+    environment = {k: v for k, v in os.environ.items() if k != "SOURCE_DATE_EPOCH"}
+    result = subprocess.run(
+        # --nodeps: BuildRequires (unzip, patchelf) are Debian packages on this machine
+        ["rpmbuild", "--rebuild", "--nodeps", "--define", f"_topdir {tmp_path / 'top'}", str(srpm)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=environment,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rebuilt = sorted((tmp_path / "top" / "RPMS" / "x86_64").glob("*.rpm"))
+    assert [p.name for p in rebuilt] == sorted(f"{name}-{VR}.x86_64.rpm" for name in EVERY)
+    for path in rebuilt:
+        assert path.read_bytes() == (rpms / path.name).read_bytes(), path.name
+
+
+def test_a_wheel_that_does_not_match_the_spec_is_refused(rpms: Path, tmp_path: Path) -> None:
+    """%prep checks the wheel against the sha256 the spec names: a changed wheel (one byte
+    appended) stops the rebuild there."""
+    top = tmp_path / "top"
+    srpm = rpms / f"executorch-{VR}.src.rpm"
+    installed = subprocess.run(
+        ["rpm", "-i", "--define", f"_topdir {top}", str(srpm)], capture_output=True, check=False
+    )
+    assert installed.returncode == 0, installed.stderr
+    wheel = top / "SOURCES" / "executorch-1.5.1-cp311-cp311-manylinux_2_28_x86_64.whl"
+    with wheel.open("ab") as handle:
+        handle.write(b"\0")
+    result = subprocess.run(
+        [
+            "rpmbuild",
+            "-bp",
+            "--nodeps",
+            "--define",
+            f"_topdir {top}",
+            str(top / "SPECS" / "executorch.spec"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "FAILED" in result.stdout + result.stderr, result.stdout + result.stderr

@@ -339,12 +339,17 @@ def _next_steps(built: Built) -> list[str]:
         ]
     if target == "deb":
         # apt takes a local file only by a path it cannot read as a package name: absolute.
-        return [f"next: apt-get install {files}", f"  check: lintian {out_dir}/*.deb"]
+        return [
+            f"next: apt-get install {files}",
+            f"  check: lintian {out_dir}/*.deb {out_dir}/*.dsc",
+            f"  rebuild: dpkg-source -x {out_dir}/<source>.dsc, then dpkg-buildpackage -b",
+        ]
     if target == "rpm":
         return [
             f"next: dnf install {files}",
             f"  check: rpmlint -r {out_dir}/SPECS/<spec>.rpmlintrc {out_dir}/*.rpm "
             f"(the spec is in {out_dir}/SPECS)",
+            f"  rebuild: rpmbuild --rebuild {out_dir}/<source>.src.rpm",
         ]
     if target == "wheel":
         mine = "{}.{}".format(*sys.version_info[:2])

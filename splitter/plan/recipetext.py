@@ -74,8 +74,8 @@ _KEYS: dict[str, tuple[str, frozenset[str]]] = {
     "externals": ("each", frozenset({"sonames", "site_dirs", "conda", "pip", "deb", "rpm"})),
     "system": ("table", frozenset({"sonames", "paths", "conda"})),
     "conda": ("table", frozenset({"names"})),
-    "deb": ("table", frozenset({"revision", "maintainer", "names", "system"})),
-    "rpm": ("table", frozenset({"release", "maintainer", "names", "system"})),
+    "deb": ("table", frozenset({"revision", "maintainer", "names", "dev_names", "system"})),
+    "rpm": ("table", frozenset({"release", "maintainer", "names", "dev_names", "system"})),
     "process_exclusive": ("array", frozenset({"first", "second", "reason", "platforms"})),
     "together": ("array", frozenset({"files", "reason", "platforms"})),
 }

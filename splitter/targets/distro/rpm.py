@@ -38,6 +38,7 @@ from splitter.targets.builder import Target, artifact
 from splitter.targets.distro.common import (
     DEVELOPMENT,
     INSTALL_SPLIT,
+    clamp_times,
     cmake_names,
     distro_of,
     distro_packages,
@@ -104,12 +105,13 @@ def write_rpms(
         spec_path = specs / f"{spec_name(first)}.spec"
         spec_path.write_text(spec)
         spec_path.with_suffix(".rpmlintrc").write_text(rpmlintrc(arches))
+        # the .src.rpm records its files' times: the build's wall clock would be one
+        clamp_times(sources, epoch)
+        os.utime(spec_path, (epoch, epoch))
         topdir = scratch / "top"
         defines = [
             "--define",
             f"_topdir {topdir}",
-            "--define",
-            f"_sourcedir {sources}",
             "--define",
             "_prefix /usr",
             "--define",
@@ -121,7 +123,24 @@ def write_rpms(
         }
         run_tool(
             "rpmbuild could not build the source package",
-            [rpmbuild, "-bs", "--quiet", "--nodeps", *defines, str(spec_path)],
+            [
+                rpmbuild,
+                "-bs",
+                "--quiet",
+                "--nodeps",
+                *defines,
+                # The .src.rpm records %prep as expanded, with the Sources' and the build
+                # directory's and buildroot's paths: relative Sources (read from the scratch directory) and
+                # mock's build directories, so that no path of this build is in it.
+                "--define",
+                f"_sourcedir {sources.name}",
+                "--define",
+                "_builddir /builddir/build/BUILD",
+                "--define",
+                "_buildrootdir /builddir/build/BUILDROOT",
+                str(spec_path),
+            ],
+            cwd=scratch,
             env=environment,
         )
         (srpm,) = (topdir / "SRPMS").glob("*.src.rpm")
