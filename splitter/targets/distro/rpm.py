@@ -129,9 +129,9 @@ def write_rpms(
                 "--quiet",
                 "--nodeps",
                 *defines,
-                # The .src.rpm records %prep as expanded, with the Sources' and the build
-                # directory's and buildroot's paths: relative Sources (read from the scratch directory) and
-                # mock's build directories, so that no path of this build is in it.
+                # The .src.rpm records %prep and %install as expanded, with the paths of the
+                # Sources and the build directories: relative Sources (read from the scratch
+                # directory) and mock's build directories, so no path of this build is in it.
                 "--define",
                 f"_sourcedir {sources.name}",
                 "--define",
