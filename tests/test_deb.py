@@ -508,11 +508,15 @@ def test_amd64_and_arm64_library_and_dev_packages_co_install(
 
 @pytest.fixture(scope="module")
 def rebuilt(release_debs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """dpkg-source -x the release's .dsc and dpkg-buildpackage -b -us -uc it, offline: the
-    distribution's tools alone; the directory holding the .debs it built."""
+    """The release's source package rebuilt (see rebuild)."""
+    return rebuild(release_debs, tmp_path_factory.mktemp("rebuild"))
+
+
+def rebuild(out: Path, work: Path) -> Path:
+    """dpkg-source -x the .dsc of OUT and dpkg-buildpackage -b -us -uc it, offline: the
+    distribution's tools alone; returns the directory holding the .debs it built."""
     _need("dpkg-source", "dpkg-buildpackage", "dh", "dh-exec", "patchelf", "unzip")
-    work = tmp_path_factory.mktemp("rebuild")
-    (dsc,) = release_debs.glob("*.dsc")
+    (dsc,) = out.glob("*.dsc")
     extract = subprocess.run(
         ["dpkg-source", "-x", str(dsc), str(work / "src")],
         capture_output=True,
@@ -573,6 +577,21 @@ def test_source_package_rebuilds_the_same_packages(release_debs: Path, rebuilt: 
         check=False,
     ).stdout.splitlines()
     assert [line for line in lint if line.startswith(("E:", "W:"))] == [], lint
+
+
+def test_single_wheel_source_package_rebuilds_the_same_packages(debs: Path, tmp_path: Path) -> None:
+    """The x86_64 wheel's own source package (one wheel, no dh-exec): dpkg-buildpackage
+    rebuilds the five .debs with the same files and modes, and the same Depends."""
+    dsc = (debs / f"executorch_{VERSION}.dsc").read_text()
+    assert "Architecture: amd64\n" in dsc and "dh-exec" not in dsc, dsc
+    work = rebuild(debs, tmp_path)
+    names = sorted(p.name for p in work.glob("*.deb"))
+    assert names == sorted(f"{name}_{VERSION}_amd64.deb" for name in EVERY)
+    for name in names:
+        assert _contents(work / name) == _contents(debs / name), name
+        ours = sorted(d.strip() for d in control(debs / name).get("Depends", "").split(","))
+        theirs = sorted(d.strip() for d in control(work / name).get("Depends", "").split(","))
+        assert ours == theirs, name
 
 
 def test_rebuilt_packages_run_the_model(rebuilt: Path, tmp_path: Path) -> None:
