@@ -443,7 +443,8 @@ def main() -> None:
             measured,
             base_distro,
             tool,
-            "(no target set; three packages against one)",
+            # five packages (library, -dev, Python) and the source package, against one
+            "(no target set; five packages and a source package against one)",
         )
     if "rattler" in only and conda is not None and shutil.which("unzip"):
         rattler = rattler_recipe(wheel, args.level)
