@@ -340,3 +340,29 @@ def test_a_wheel_that_does_not_match_the_spec_is_refused(rpms: Path, tmp_path: P
     )
     assert result.returncode != 0
     assert "FAILED" in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+def test_release_of_two_platforms_is_one_spec(
+    real_wheel: Path, real_wheel_aarch64: Path, tmp_path: Path
+) -> None:
+    """A release of the x86_64 and aarch64 wheels: one spec and one .src.rpm holding both
+    wheels, each architecture's packages built from it; the QNN library, which only the
+    x86_64 wheel has, is listed under %ifarch x86_64."""
+    from splitter.plan.release import make_release
+
+    release = make_release([real_wheel, real_wheel_aarch64], load_recipe())
+    out = tmp_path / "out"
+    written = build_output(RpmBuilder(), release, out).written
+    assert sorted(p.name for p in written if p.suffix == ".rpm") == sorted(
+        [f"{name}-{VR}.{arch}.rpm" for name in EVERY for arch in ("x86_64", "aarch64")]
+        + [f"executorch-{VR}.src.rpm"]
+    )
+    sources = query("-qpl", str(out / f"executorch-{VR}.src.rpm"))
+    assert {real_wheel.name, real_wheel_aarch64.name} <= set(sources)
+    spec = (out / "SPECS" / "executorch.spec").read_text()
+    assert '%ifarch x86_64\n"/usr/lib64/libexecutorch_backend_qnn.so"\n%endif' in spec
+    for arch in ("x86_64", "aarch64"):
+        runtime = out / f"executorch-{VR}.{arch}.rpm"
+        assert query("-qp", "--qf", "%{ARCH}", str(runtime)) == [arch]
+        qnn = "/usr/lib64/libexecutorch_backend_qnn.so" in query("-qpl", str(runtime))
+        assert qnn == (arch == "x86_64"), arch

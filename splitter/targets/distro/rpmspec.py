@@ -1,4 +1,4 @@
-"""The RPM spec of a deb-less distro build (pure text), self-contained: Source0 is the upstream
+"""The RPM spec of a build (pure text), self-contained: Source0 is the upstream
 wheel (one Source per architecture in a release), checked against its sha256 in %prep; %install
 runs install-split with the lists of the staging splitter did and the generated files as
 further Sources; one binary package per library, development and Python package, rpm's own
