@@ -223,9 +223,16 @@ def stage(
 
 def own_directories(staged: Staged, package: str, dependencies: Iterable[str]) -> set[str]:
     """The directories `package` creates that neither a dependency nor the layout's standard
-    install directories (libdir, includedir, site-packages, bindir, pkgconfig, cmake, and their
-    parents) own: what an RPM %files section lists as %dir."""
-    layout = staged.layout
+    install directories own: what an RPM %files section lists as %dir."""
+    taken = standard_dirs(staged.layout)
+    for dependency in dependencies:
+        taken |= {d for path in staged.paths(dependency) for d in parents(path)}
+    return {d for path in staged.paths(package) for d in parents(path)} - taken
+
+
+def standard_dirs(layout: Layout) -> set[str]:
+    """The layout's install directories (libdir, includedir, site-packages, bindir, pkgconfig,
+    cmake) and their parents, prefix-relative: the system owns them, no package does."""
     taken: set[str] = set()
     for base in (
         layout.libdir,
@@ -235,19 +242,18 @@ def own_directories(staged: Staged, package: str, dependencies: Iterable[str]) -
         layout.pkgconfigdir,
         f"{layout.libdir}/cmake",
     ):
-        taken |= {base, *_parents(base)}
-    for dependency in dependencies:
-        taken |= {d for path in staged.paths(dependency) for d in _parents(path)}
-    return {d for path in staged.paths(package) for d in _parents(path)} - taken
+        taken |= {base, *parents(base)}
+    return taken
 
 
-def _parents(path: str) -> list[str]:
-    parents = []
+def parents(path: str) -> list[str]:
+    """The directories above `path`, nearest first, relative (a/b) or absolute (/a/b)."""
+    found = []
     parent = posixpath.dirname(path)
-    while parent:
-        parents.append(parent)
+    while parent not in ("", "/"):
+        found.append(parent)
         parent = posixpath.dirname(parent)
-    return parents
+    return found
 
 
 WORKERS = 2

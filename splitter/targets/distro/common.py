@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +42,18 @@ class DistroPackage:
     def libraries(self) -> bool:
         """Whether it holds public shared libraries (in the libdir), not just modules."""
         return self.role == LIBRARY and bool(self.package.sonames)
+
+
+def across_arches(
+    parts: Iterable[tuple[str, Iterable[DistroPackage]]],
+) -> dict[str, tuple[DistroPackage, list[str]]]:
+    """Each binary package of a release (architecture, its packages), in build order, with
+    the architectures that have it (the first architecture's package stands for all)."""
+    found: dict[str, tuple[DistroPackage, list[str]]] = {}
+    for arch, packages in parts:
+        for package in packages:
+            found.setdefault(package.name, (package, []))[1].append(arch)
+    return found
 
 
 def development_dirs(layout: Layout) -> tuple[str, ...]:

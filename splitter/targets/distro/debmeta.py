@@ -275,6 +275,18 @@ def long_description(plan: Plan, package: DistroPackage) -> str:
     whole = package.package.summary
     return paragraphs(
         whole + "." if synopsis(whole) != whole else "",
+        moved_sentence(package),
         origin,
         exclusivity_sentence(plan, package.package, record),
+    )
+
+
+def moved_sentence(package: DistroPackage) -> str:
+    """For a library package with a development package: the split package's summary (the
+    recipe's, shared by every channel) may name headers or CMake files, which are there."""
+    if not package.development:
+        return ""
+    return (
+        f"This package holds the shared libraries; the headers, CMake package config and "
+        f"pkg-config files are in {package.development}."
     )

@@ -28,6 +28,7 @@ from splitter.targets.distro.common import (
     INSTALL_SPLIT,
     DistroPackage,
     RebuildLists,
+    across_arches,
     covering_paths,
     distro_of,
     external_requirements,
@@ -183,12 +184,8 @@ def _write_debian(debian: Path, arches: list[ArchSource], epoch: int) -> None:
 
 
 def _packages(arches: list[ArchSource]) -> dict[str, tuple[DistroPackage, list[str]]]:
-    """Each binary package of the source, in build order, and the architectures having it."""
-    found: dict[str, tuple[DistroPackage, list[str]]] = {}
-    for item in arches:
-        for package, _ in item.packages:
-            found.setdefault(package.name, (package, []))[1].append(item.arch.deb)
-    return found
+    """Each binary package, in build order, with the architectures having it."""
+    return across_arches((a.arch.deb, (p for p, _ in a.packages)) for a in arches)
 
 
 def _control(arches: list[ArchSource]) -> str:

@@ -20,6 +20,7 @@ from splitter.targets.distro.common import (
     DEVELOPMENT,
     PYTHON,
     DistroPackage,
+    across_arches,
     covering_paths,
     exclusivity_sentence,
     external_requirements,
@@ -27,8 +28,9 @@ from splitter.targets.distro.common import (
     has_env_script,
     origin_sentence,
 )
-from splitter.targets.distro.debmeta import synopsis
+from splitter.targets.distro.debmeta import moved_sentence, synopsis
 from splitter.targets.generated.files import SPLIT_FROM
+from splitter.targets.stage import parents, standard_dirs
 
 # Macros every build of the spec needs, whoever runs it: upstream's binaries are shipped as
 # split (RUNPATHs edited, nothing else), so nothing strips, byte-compiles or splits debug info,
@@ -174,12 +176,8 @@ def spec_name(plan: Plan) -> str:
 
 
 def _packages(arches: list[SpecArch]) -> dict[str, tuple[DistroPackage, list[str]]]:
-    """Each binary package, in order, with the architectures (rpm's names) having it."""
-    found: dict[str, tuple[DistroPackage, list[str]]] = {}
-    for item in arches:
-        for package, _ in item.packages:
-            found.setdefault(package.name, (package, []))[1].append(item.arch.machine)
-    return found
+    """Each binary package, in build order, with the architectures having it."""
+    return across_arches((a.arch.machine, (p for p, _ in a.packages)) for a in arches)
 
 
 def render_spec(arches: list[SpecArch], distro: Distro, install_split: str) -> str:
@@ -275,9 +273,15 @@ def _package_section(
             f"pkg-config files of {package.requires[0]}: what building against it needs. {origin}"
         )
     else:
-        text = (
-            f"{package.package.summary}. {origin} "
-            f"{exclusivity_sentence(plan, package.package, record)}"
+        text = " ".join(
+            t
+            for t in (
+                f"{package.package.summary}.",
+                moved_sentence(package),
+                origin,
+                exclusivity_sentence(plan, package.package, record),
+            )
+            if t
         )
     lines += ["", f"%description{_suffix(package.name, spec)}", _wrap(text), ""]
     return lines
@@ -299,8 +303,8 @@ def _files_section(arches: list[SpecArch], package: DistroPackage, spec: str) ->
         listed[item.arch.machine] = paths
         taken = _standard_dirs(item.layout)
         for dependency in package.requires:
-            taken |= {d for path in paths.get(dependency, []) for d in _parents(path)}
-        own = {d for path in paths.get(package.name, []) for d in _parents(path)} - taken
+            taken |= {d for path in paths.get(dependency, []) for d in parents(path)}
+        own = {d for path in paths.get(package.name, []) for d in parents(path)} - taken
         mine[item.arch.machine] = own
     everywhere = tuple(sorted(a.arch.machine for a in arches))
     entries = covering_paths(
@@ -326,29 +330,9 @@ def _files_section(arches: list[SpecArch], package: DistroPackage, spec: str) ->
 
 
 def _standard_dirs(layout: Layout) -> set[str]:
-    """The layout's install directories and their parents: the system owns them."""
+    """The layout's standard directories (stage.standard_dirs) as absolute paths."""
     root = "/" + layout.prefix.strip("/")
-    taken: set[str] = set()
-    for base in (
-        layout.libdir,
-        layout.includedir,
-        layout.sitedir,
-        layout.bindir,
-        layout.pkgconfigdir,
-        f"{layout.libdir}/cmake",
-    ):
-        full = posixpath.join(root, base)
-        taken |= {full, *_parents(full)}
-    return taken
-
-
-def _parents(path: str) -> list[str]:
-    parents = []
-    parent = posixpath.dirname(path)
-    while parent not in ("", "/"):
-        parents.append(parent)
-        parent = posixpath.dirname(parent)
-    return parents
+    return {root, *parents(root)} | {posixpath.join(root, d) for d in standard_dirs(layout)}
 
 
 def changelog_epoch(plans: list[Plan]) -> int:
