@@ -92,14 +92,18 @@ def render_version(version: str, build_version: str) -> str:
     )
 
 
-def render_fragment(component: str, library: str, package: str, extra: str = "") -> str:
-    """One component: its library (relative to libdir) and the package that ships it."""
+def render_fragment(
+    component: str, library: str, package: str, to_libdir: str, extra: str = ""
+) -> str:
+    """One component: its library (relative to libdir, which is `to_libdir` from the CMake
+    directory) and the package that ships it."""
     return (
         configure(
             "executorch-component.cmake.in",
             {
                 "COMPONENT": component,
                 "LIBRARY": escape_quoted(library),
+                "TO_LIBDIR": escape_quoted(to_libdir),
                 "OPT_IN": "TRUE" if component in OPT_IN else "FALSE",
                 "PACKAGE": escape_quoted(package),
                 "PACKAGE_BRACKET": bracket(package),

@@ -137,7 +137,11 @@ def cmake_files(
         else:
             exclusive = render_exclusive(component, exclusive_pairs(plan, libraries[component]))
             fragment = render_fragment(
-                component, libraries[component], called[package.name], exclusive
+                component,
+                libraries[component],
+                called[package.name],
+                cmake_layout.to_libdir,
+                exclusive,
             )
             out.append((f"{cmakedir}/{FRAGMENT.format(name=component)}", fragment))
     return out
