@@ -85,6 +85,20 @@ def cmake_executable(label: str) -> Path:
     return binary
 
 
+def conan_executable() -> Path:
+    """Conan 2 from ci/locks/conan.lock, in a venv of its own in the cache (its requirements,
+    requests and Jinja2 among them, stay out of the test environment)."""
+    _, digest = lock_file("conan")
+    target = cache_root() / "conan" / digest
+    binary = target / "bin" / "conan"
+    with cache_lock("conan"):
+        if not binary.exists():
+            shutil.rmtree(target, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "venv", str(target)], check=True)
+            pip_install_locked(target / "bin" / "python", "conan")
+    return binary
+
+
 def needed(binary: Path) -> list[str]:
     """NEEDED entries of an ELF, read with splitter's own analyser."""
     return list(analyse_elf(binary.name, binary.read_bytes()).needed)

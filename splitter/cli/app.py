@@ -35,6 +35,7 @@ from splitter.plan.release import Release, ReleasePlanning
 from splitter.plan.report import plan_json, release_json
 from splitter.plan.request import check_build_request, check_plan_request
 from splitter.targets.builder import Builder, Target, build_output
+from splitter.targets.conan import ConanBuilder
 from splitter.targets.conda.build import (
     DEFAULT_LEVEL,
     WORKERS,
@@ -251,6 +252,7 @@ def build(
         ),
         Target.DEB: lambda: contextlib.nullcontext(DebBuilder(guard=guard)),
         Target.RPM: lambda: contextlib.nullcontext(RpmBuilder(guard=guard)),
+        Target.CONAN: lambda: contextlib.nullcontext(ConanBuilder(guard=guard)),
     }
     with builders[target]() as chosen:
         result = build_input(wheel or [], recipe, progress, python, platform)

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from packaging.utils import parse_wheel_filename
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -328,6 +329,12 @@ def _exclusive_state(plan: Plan, name: str) -> str:
     return "; ".join(states) or "-"
 
 
+def _versions(built: Built) -> list[tuple[str, str]]:
+    """Each package of the output with the version of the wheels it was split from."""
+    version = str(parse_wheel_filename(built.manifest.inputs[0][0])[1])
+    return [(name, version) for name in sorted({a.package for a in built.manifest.artifacts})]
+
+
 def _next_steps(built: Built) -> list[str]:
     target, out_dir = built.manifest.target, built.out
     names = " ".join(built.manifest.packages())
@@ -350,6 +357,15 @@ def _next_steps(built: Built) -> list[str]:
             f"  check: rpmlint -r {out_dir}/SPECS/<spec>.rpmlintrc {out_dir}/*.rpm "
             f"(the spec is in {out_dir}/SPECS)",
             f"  rebuild: rpmbuild --rebuild {out_dir}/<source>.src.rpm",
+        ]
+    if target == "conan":
+        archives = " ".join(str(out_dir / a.path) for a in built.manifest.artifacts)
+        return [
+            f"next: conan cache restore FILE, for each of {archives} (into $CONAN_HOME; "
+            "no remote needed)",
+            f"  then require {' '.join(f'{n}/{v}' for n, v in _versions(built))} with the "
+            "CMakeDeps and CMakeToolchain generators",
+            "  the export side is Python and is not packaged for Conan: --target wheel or conda",
         ]
     if target == "wheel":
         mine = "{}.{}".format(*sys.version_info[:2])

@@ -24,7 +24,7 @@ from splitter.plan.release import Release, ReleasePlanning, check_release
 from splitter.targets.output import atomic_output, files_under
 
 Progress = Callable[[str, int, int], None]
-PACKAGE_SUFFIXES = (".conda", ".whl", ".deb", ".rpm")
+PACKAGE_SUFFIXES = (".conda", ".whl", ".deb", ".rpm", ".conan.tgz")
 
 
 class Target(StrEnum):
@@ -35,6 +35,7 @@ class Target(StrEnum):
     TREE = "tree"
     DEB = "deb"
     RPM = "rpm"
+    CONAN = "conan"
 
 
 class Builder(Protocol):

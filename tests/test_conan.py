@@ -1,0 +1,203 @@
+"""--target conan on the real wheel, checked with Conan 2 itself (from ci/locks/conan.lock):
+the archives restore into a fresh CONAN_HOME with no remote, a consumer's `conan install
+--build=never` resolves them with its own compiler settings, and the C++ consumer (CMakeDeps +
+CMakeToolchain) runs the quantized model byte-identical, on CMake 4.x and, through the
+variables route, 3.24."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from consumer_tools import (
+    build_consumer,
+    cmake_executable,
+    conan_executable,
+    expected_output,
+    run_model,
+)
+
+from splitter.model import Plan
+from splitter.targets.builder import build_output
+from splitter.targets.conan import ConanBuilder
+
+pytestmark = pytest.mark.integration
+
+PACKAGES = ("executorch-runtime", "executorch-kernels-quantized")
+ARCHIVES = tuple(f"{p}-1.5.1-Linux-x86_64.conan.tgz" for p in PACKAGES)
+# A consumer's host profile: a compiler the packages were not built with (splitter's binaries
+# are upstream's); their package ID is os and arch alone, so --build=never still finds them.
+PROFILE = """[settings]
+os=Linux
+arch=x86_64
+build_type=Release
+compiler={compiler}
+compiler.version={version}
+compiler.libcxx=libstdc++11
+compiler.cppstd=17
+"""
+
+
+@pytest.fixture(scope="module")
+def conan() -> Iterator[Path]:
+    """conan from its lock, on PATH for splitter's build."""
+    binary = conan_executable()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PATH", f"{binary.parent}{os.pathsep}{os.environ['PATH']}")
+        yield binary
+
+
+@pytest.fixture(scope="module")
+def out(real_plan: Plan, conan: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("conan") / "out"
+    written = build_output(ConanBuilder(), real_plan, out).artifacts
+    assert sorted(p.name for p in written) == sorted(ARCHIVES)
+    for package in PACKAGES:
+        assert (out / package / "conanfile.py").is_file()
+    return out
+
+
+def conan_in(conan: Path, home: Path, *args: str, cwd: Path | None = None) -> str:
+    result = subprocess.run(
+        [str(conan), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd,
+        env={**os.environ, "CONAN_HOME": str(home), "NO_COLOR": "1"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def home(out: Path, conan: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh CONAN_HOME with no remote at all, the archives restored into it."""
+    home = tmp_path_factory.mktemp("conan-home")
+    (home / "profiles").mkdir()
+    (home / "profiles" / "default").write_text(PROFILE.format(compiler="gcc", version="12"))
+    (home / "profiles" / "clang").write_text(PROFILE.format(compiler="clang", version="14"))
+    conan_in(conan, home, "remote", "remove", "*")
+    assert json.loads(conan_in(conan, home, "remote", "list", "--format=json")) == []
+    for name in ARCHIVES:
+        conan_in(conan, home, "cache", "restore", str(out / name))
+    return home
+
+
+def consumer(
+    conan: Path, home: Path, where: Path, packages: tuple[str, ...], profile: str = "default"
+) -> Path:
+    """A consumer's conanfile.txt requiring `packages`, installed with --build=never; the
+    CMake toolchain file it gives."""
+    where.mkdir()
+    requires = "".join(f"{p}/1.5.1\n" for p in packages)
+    (where / "conanfile.txt").write_text(
+        f"[requires]\n{requires}\n[generators]\nCMakeDeps\nCMakeToolchain\n"
+    )
+    conan_in(conan, home, "install", ".", "--build=never", f"-pr:a={profile}", "-of=gen", cwd=where)
+    return where / "gen" / "conan_toolchain.cmake"
+
+
+def test_restored_packages_run_the_model(conan: Path, home: Path, tmp_path: Path) -> None:
+    """The issue's check: CMake 4.x, find_package(executorch REQUIRED COMPONENTS
+    kernels_quantized), executorch::kernels_quantized linked; the output is the committed
+    one, byte for byte."""
+    toolchain = consumer(conan, home, tmp_path / "c", PACKAGES)
+    built = build_consumer(
+        cmake_executable("4.x"), tmp_path / "b", quantized=True, toolchain=toolchain
+    )
+    assert built.returncode == 0, built.output
+    run = run_model(built.runner, tmp_path / "out.bin")
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "out.bin").read_bytes() == expected_output()
+
+
+def test_without_kernels_quantized_configure_names_the_package(
+    conan: Path, home: Path, tmp_path: Path
+) -> None:
+    toolchain = consumer(conan, home, tmp_path / "c", ("executorch-runtime",))
+    built = build_consumer(
+        cmake_executable("3.28"), tmp_path / "b", quantized=True, toolchain=toolchain
+    )
+    assert built.returncode != 0
+    assert "install the executorch-kernels-quantized package" in " ".join(built.output.split())
+
+
+def test_variables_route_before_cmake_3_28(conan: Path, home: Path, tmp_path: Path) -> None:
+    """CMake 3.24: EXECUTORCH_LIBRARIES and EXECUTORCH_QUANTIZED_KERNELS_LIBRARY; the program
+    runs in the environment Conan generates for it (conanrun.sh: each package's lib folder,
+    as for every Conan package of shared libraries)."""
+    toolchain = consumer(conan, home, tmp_path / "c", PACKAGES)
+    built = build_consumer(
+        cmake_executable("3.24"), tmp_path / "b", quantized=True, toolchain=toolchain
+    )
+    assert built.returncode == 0, built.output
+    conanrun = toolchain.parent / "conanrun.sh"
+    model = run_model(built.runner, tmp_path / "plain.bin")
+    assert model.returncode != 0  # the quantized library is in its own package folder
+    command = f'. "{conanrun}" && exec "$@"'
+    args = [str(a) for a in model.args]
+    result = subprocess.run(
+        ["sh", "-c", command, "sh", *args], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "plain.bin").read_bytes() == expected_output()
+
+
+def test_binaries_match_any_compiler(conan: Path, home: Path, tmp_path: Path) -> None:
+    """The package ID is os and arch alone: a clang profile resolves the same binaries with
+    --build=never, and each package says what it needs of the system."""
+    consumer(conan, home, tmp_path / "c", PACKAGES, profile="clang")
+    listed = json.loads(conan_in(conan, home, "list", "executorch-runtime/1.5.1:*", "-f=json"))
+    packages = next(iter(listed["Local Cache"]["executorch-runtime/1.5.1"]["revisions"].values()))
+    (info,) = [p["info"] for p in packages["packages"].values()]
+    assert info == {"settings": {"arch": "x86_64", "os": "Linux"}}
+
+
+def test_packages_hold_the_record_licence_and_cmake_config(
+    conan: Path, home: Path, out: Path
+) -> None:
+    """What a restored package holds: the libraries, splitter's CMake config and fragment,
+    the licence, and the exclusivity record, also in the package's metadata."""
+    for package, library in (
+        ("executorch-runtime", "libexecutorch.so"),
+        ("executorch-kernels-quantized", "libexecutorch_kernels_quantized.so"),
+    ):
+        listed = json.loads(conan_in(conan, home, "list", f"{package}/1.5.1:*", "-f=json"))
+        revisions = listed["Local Cache"][f"{package}/1.5.1"]["revisions"]
+        (package_id,) = next(iter(revisions.values()))["packages"]
+        folder = Path(
+            conan_in(conan, home, "cache", "path", f"{package}/1.5.1:{package_id}").strip()
+        )
+        assert (folder / "lib" / library).is_file()
+        assert (folder / "licenses" / "LICENSE").read_text().startswith("BSD")
+        record = json.loads(
+            (folder / "share" / "doc" / package / "splitter-process-exclusive.json").read_text()
+        )
+        assert record["package"] == package
+        metadata = Path(
+            conan_in(
+                conan, home, "cache", "path", f"{package}/1.5.1:{package_id}", "--folder=metadata"
+            ).strip()
+        )
+        assert json.loads((metadata / "splitter-process-exclusive.json").read_text()) == record
+    runtime_config = "lib/cmake/executorch/executorch-config.cmake"
+    with tarfile.open(out / ARCHIVES[0]) as archive:
+        assert any(n.endswith(runtime_config) for n in archive.getnames())
+    text = (out / "executorch-kernels-quantized" / "conanfile.py").read_text()
+    assert 'requires = ["executorch-runtime/1.5.1"]' in text
+    assert "executorch-runtime::runtime" in text
+
+
+def test_two_builds_are_byte_identical(
+    real_plan: Plan, conan: Path, out: Path, tmp_path: Path
+) -> None:
+    again = build_output(ConanBuilder(), real_plan, tmp_path / "again").written
+    for path in again:
+        relative = path.relative_to(tmp_path / "again")
+        assert path.read_bytes() == (out / relative).read_bytes(), relative
