@@ -201,3 +201,70 @@ def test_two_builds_are_byte_identical(
     for path in again:
         relative = path.relative_to(tmp_path / "again")
         assert path.read_bytes() == (out / relative).read_bytes(), relative
+
+
+def test_release_gives_one_binary_per_platform(
+    real_wheel: Path,
+    real_wheel_aarch64: Path,
+    real_wheel_macos: Path,
+    conan: Path,
+    tmp_path: Path,
+) -> None:
+    """The cp311 wheels of Linux x86_64, Linux aarch64 and macOS arm64: one conanfile.py per
+    package holding each platform's components, six archives; restored into one cache, each
+    platform's consumer profile resolves its binaries with --build=never, and a platform
+    that was not built is refused naming the ones that were."""
+    from splitter.plan.recipe import load_recipe
+    from splitter.plan.release import make_release
+
+    release = make_release([real_wheel, real_wheel_aarch64, real_wheel_macos], load_recipe())
+    out = tmp_path / "out"
+    written = build_output(ConanBuilder(), release, out).artifacts
+    platforms = ("Linux-x86_64", "Linux-armv8", "Macos-armv8")
+    assert sorted(p.name for p in written) == sorted(
+        f"{p}-1.5.1-{key}.conan.tgz" for p in PACKAGES for key in platforms
+    )
+    text = (out / "executorch-runtime" / "conanfile.py").read_text()
+    for key in platforms:
+        assert f"'{key}': {{'components'" in text, key
+    home = tmp_path / "home"
+    (home / "profiles").mkdir(parents=True)
+    profiles = {
+        "Linux-x86_64": PROFILE.format(compiler="gcc", version="12"),
+        "Linux-armv8": PROFILE.format(compiler="gcc", version="12").replace("x86_64", "armv8"),
+        "Macos-armv8": PROFILE.format(compiler="apple-clang", version="15")
+        .replace("os=Linux", "os=Macos")
+        .replace("x86_64", "armv8")
+        .replace("libstdc++11", "libc++"),
+    }
+    for key, profile in profiles.items():
+        (home / "profiles" / key).write_text(profile)
+    (home / "profiles" / "default").write_text(profiles["Linux-x86_64"])
+    conan_in(conan, home, "remote", "remove", "*")
+    for path in written:
+        conan_in(conan, home, "cache", "restore", str(path))
+    for key in platforms:
+        graph = consumer(conan, home, tmp_path / f"c-{key}", PACKAGES, profile=key)
+        assert graph.is_file(), key
+    windows = PROFILE.format(compiler="msvc", version="193").replace("os=Linux", "os=Windows")
+    (home / "profiles" / "windows").write_text(windows.replace("compiler.libcxx=libstdc++11\n", ""))
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "conanfile.txt").write_text("[requires]\nexecutorch-runtime/1.5.1\n")
+    refused = subprocess.run(
+        [str(conan), "install", ".", "--build=never", "-pr:h=windows", "-pr:b=default"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path / "w",
+        env={**os.environ, "CONAN_HOME": str(home), "NO_COLOR": "1"},
+    )
+    assert refused.returncode != 0
+    assert "no prebuilt binary for Windows-x86_64" in refused.stdout + refused.stderr
+
+
+def test_verify_says_it_does_not_install_conan_archives(out: Path) -> None:
+    from splitter.errors import UsageError
+    from splitter.verify.run import verify
+
+    with pytest.raises(UsageError, match=r"verify does not install Conan archives.*\n.*restore"):
+        verify(out, [], [cmake_executable("3.28")], 2, ("cmake",))

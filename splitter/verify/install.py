@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from splitter.errors import ExternalToolError, InvalidWheel
+from splitter.errors import ExternalToolError, InvalidWheel, UsageError
 from splitter.input.safepath import check_member_name, safe_join
 from splitter.manifest import Artifact, read_manifest
 
@@ -81,6 +81,12 @@ def install(
     )
     selected = tuple(a.path for a in chosen) if paths is not None else None
     kind = manifest.target
+    if kind == "conan":
+        raise UsageError(
+            f"verify does not install Conan archives: {out}\n"
+            "restore them with `conan cache restore` and build a consumer with CMakeDeps and "
+            "CMakeToolchain (the README's Conan section)"
+        )
     if kind == "conda":
         installed = _conda(out, scratch, chosen)
     elif kind == "wheel":
