@@ -18,7 +18,6 @@ brings them into any cache (the consumer's CONAN_HOME), with no remote.
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import os
@@ -37,6 +36,7 @@ from splitter.model import PackagePlan, Plan, Rpath
 from splitter.plan.layout import make_layout
 from splitter.plan.release import ReleasePlanning, planned
 from splitter.plan.report import RECORD, exclusivity_record
+from splitter.targets.archive import reproducible_tar_gz
 from splitter.targets.builder import Target, artifact
 from splitter.targets.distro.common import license_text
 from splitter.targets.generated.cmake import BASE_DEFINITIONS, C10_INCLUDE, RUNTIME_COMPONENT
@@ -324,11 +324,7 @@ def reproducible(saved: Path, out: Path, epoch: int) -> None:
                 return new + name[len(old) :]
         return name
 
-    with (
-        open(out, "wb") as raw,
-        gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as gz,
-        tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar,
-    ):
+    with reproducible_tar_gz(out, 9) as tar:
         for member, data in sorted(members, key=lambda item: renamed(item[0].name)):
             info = tarfile.TarInfo(renamed(member.name))
             info.type, info.mode, info.mtime = member.type, member.mode, epoch

@@ -9,7 +9,6 @@ or in a clean chroot; dpkg-source itself writes the .dsc and the debian tarball
 
 from __future__ import annotations
 
-import gzip
 import posixpath
 import shutil
 import tarfile
@@ -22,6 +21,7 @@ from splitter.model import Plan
 from splitter.plan.facts import Arch
 from splitter.plan.layout import Layout
 from splitter.plan.report import record_name
+from splitter.targets.archive import reproducible_tar_gz
 from splitter.targets.distro import debmeta
 from splitter.targets.distro.common import (
     DEVELOPMENT,
@@ -117,11 +117,7 @@ def _orig_tarball(path: Path, tree: Path, plans: list[Plan], epoch: int) -> None
     """The orig tarball: <source>-<version>/ holding each architecture's wheel, byte for
     byte as upstream published it; sorted, owned by root, dated `epoch`, gzip without name
     or time, so that it is the same whoever builds it."""
-    with (
-        open(path, "wb") as raw,
-        gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0) as gz,
-        tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar,
-    ):
+    with reproducible_tar_gz(path, 6) as tar:
         top = tarfile.TarInfo(tree.name)
         top.type, top.mode, top.mtime = tarfile.DIRTYPE, 0o755, epoch
         tar.addfile(top)

@@ -18,7 +18,6 @@ day of the newest wheel, which the %changelog names), a fixed build host, zstd s
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import io
 import os
 import shutil
@@ -34,6 +33,7 @@ from splitter.plan.facts import arch_of
 from splitter.plan.layout import make_layout
 from splitter.plan.release import ReleasePlanning
 from splitter.plan.report import RECORD
+from splitter.targets.archive import reproducible_tar_gz
 from splitter.targets.builder import Target, artifact
 from splitter.targets.distro.common import (
     DEVELOPMENT,
@@ -234,11 +234,7 @@ def _tar(path: Path, files: list[tuple[str, bytes, bool]], epoch: int) -> None:
     directories = sorted(
         {"/".join(p.split("/")[:i]) for p, _, _ in files for i in range(1, p.count("/") + 1)}
     )
-    with (
-        open(path, "wb") as raw,
-        gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as gz,
-        tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar,
-    ):
+    with reproducible_tar_gz(path, 9) as tar:
         for directory in directories:
             info = tarfile.TarInfo(directory)
             info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, epoch
