@@ -249,7 +249,7 @@ def _stream_all(
 
     def read(descriptor: int, info: zipfile.ZipInfo) -> MemberRead:
         same = known.get(info.filename) if known is not None else None
-        if same is not None and same_member(descriptor, info, same):
+        if same is not None and same_member(archive, descriptor, info, same):
             return MemberRead(same.digest, same.size, None)
         return read_member(archive, descriptor, info, wants, stored=stored)
 

@@ -18,6 +18,8 @@ import contextlib
 import hashlib
 import os
 import struct
+import threading
+import weakref
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
@@ -74,7 +76,9 @@ def fingerprint(info: zipfile.ZipInfo, read: MemberRead) -> Fingerprint:
     )
 
 
-def same_member(descriptor: int, info: zipfile.ZipInfo, known: Fingerprint) -> bool:
+def same_member(
+    archive: zipfile.ZipFile, descriptor: int, info: zipfile.ZipInfo, known: Fingerprint
+) -> bool:
     """Whether `info` is stored exactly as the member `known` describes: the same directory
     fields, and stored bytes with the same sha256. False whenever it cannot tell (a header
     that does not check out, data cut short): reading the member then names the problem."""
@@ -83,7 +87,8 @@ def same_member(descriptor: int, info: zipfile.ZipInfo, known: Fingerprint) -> b
     if not _ours(info):
         return False
     try:
-        head, offset = _after_header(descriptor, info, min(info.compress_size, CHUNK))
+        end = member_end(archive, info)
+        head, offset = _after_header(descriptor, info, min(info.compress_size, CHUNK), end)
     except (zipfile.BadZipFile, UnicodeDecodeError):
         return False
     digest = hashlib.sha256(head)
@@ -111,8 +116,9 @@ def read_member(
     method read through zipfile get none). A corrupt member is an InvalidWheel naming it; a
     failed write an OutputError naming the file."""
     try:
+        end = member_end(archive, info)
         if _whole(info):
-            compressed, data = _inflate_small(descriptor, info)
+            compressed, data = _inflate_small(descriptor, info, end)
             if target is not None:
                 _write_whole(target, data)
             kept = data if wants is not None and wants(info.filename, data) else None
@@ -120,7 +126,7 @@ def read_member(
             return MemberRead(hashlib.sha256(data).digest(), len(data), kept, stamp)
         if _ours(info):
             raw = hashlib.sha256() if stored else None
-            read = _stream_member(_chunks(descriptor, info, raw), info, wants, target)
+            read = _stream_member(_chunks(descriptor, info, end, raw), info, wants, target)
             return read if raw is None else read._replace(stored=raw.digest())
         with archive.open(info) as stream:
             return _stream_member(iter(lambda: stream.read(CHUNK), b""), info, wants, target)
@@ -167,12 +173,12 @@ def _ours(info: zipfile.ZipInfo) -> bool:
 
 
 def _chunks(
-    descriptor: int, info: zipfile.ZipInfo, stored: hashlib._Hash | None = None
+    descriptor: int, info: zipfile.ZipInfo, end: int, stored: hashlib._Hash | None = None
 ) -> Iterator[bytes]:
     """The member's bytes in chunks of at most CHUNK, inflated as they are read, then checked
     as zipfile checks them: the stream ends where its compressed size does, and the CRC
     and size are the central directory's. `stored`, if given, hashes the stored bytes."""
-    _, offset = _after_header(descriptor, info, 0)
+    _, offset = _after_header(descriptor, info, 0, end)
     remaining = info.compress_size
     inflater = isal_zlib.decompressobj(-15) if info.compress_type == zipfile.ZIP_DEFLATED else None
     crc = size = 0
@@ -210,7 +216,27 @@ def _whole(info: zipfile.ZipInfo) -> bool:
     )
 
 
-def _after_header(descriptor: int, info: zipfile.ZipInfo, length: int) -> tuple[bytes, int]:
+def member_end(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> int:
+    """Where `info`'s data must end: at the next member's local header, or at the central
+    directory. Data running past it overlaps another member, which zipfile refuses as a
+    possible zip bomb (in Python 3.12 and late 3.11 releases, not all): checked here whatever
+    the Python, so that splitter refuses what pip would. Computed once per archive."""
+    with _ENDS_LOCK:
+        ends = _ENDS.get(archive)
+        if ends is None:
+            offsets = sorted({i.header_offset for i in archive.infolist()})
+            ends = dict(zip(offsets, [*offsets[1:], archive.start_dir], strict=True))
+            _ENDS[archive] = ends
+    return ends[info.header_offset]
+
+
+_ENDS: weakref.WeakKeyDictionary[zipfile.ZipFile, dict[int, int]] = weakref.WeakKeyDictionary()
+_ENDS_LOCK = threading.Lock()  # members are read from several threads
+
+
+def _after_header(
+    descriptor: int, info: zipfile.ZipInfo, length: int, end: int
+) -> tuple[bytes, int]:
     """The first `length` bytes of `info`'s data and where its data starts, its local header
     checked (the signature, and the name the central directory gives). The header, name,
     extra field and data are one pread when the local extra field is no longer than the
@@ -234,12 +260,14 @@ def _after_header(descriptor: int, info: zipfile.ZipInfo, length: int) -> tuple[
         raise zipfile.BadZipFile(
             f"File name in directory {info.orig_filename!r} and header {name!r} differ."
         )
+    if info.header_offset + begin + info.compress_size > end:  # see member_end
+        raise zipfile.BadZipFile(f"Overlapped entries: {info.orig_filename!r}")
     return raw[begin : begin + length], info.header_offset + begin
 
 
-def _inflate_small(descriptor: int, info: zipfile.ZipInfo) -> tuple[bytes, bytes]:
+def _inflate_small(descriptor: int, info: zipfile.ZipInfo, end: int) -> tuple[bytes, bytes]:
     """(stored bytes, content) of a small member, checked."""
-    compressed, _ = _after_header(descriptor, info, info.compress_size)
+    compressed, _ = _after_header(descriptor, info, info.compress_size, end)
     if len(compressed) != info.compress_size:
         raise EOFError("member data ends before its compressed size")
     data = compressed
