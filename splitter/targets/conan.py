@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from splitter.errors import ExternalToolError, MissingToolError
+from splitter.errors import ExternalToolError, MissingToolError, UsageError
 from splitter.manifest import Artifact
 from splitter.model import PackagePlan, Plan, Rpath
 from splitter.plan.layout import make_layout
@@ -69,6 +69,13 @@ class ConanBuilder:
                 CONAN, "it exports and saves the Conan packages", "pip install 'conan>=2,<3'"
             )
         plans = [group.source for group in planned(release, progress).groups]
+        for plan in plans:
+            if plan.platform.conda_subdir not in SETTINGS:
+                raise UsageError(
+                    f"--target conan packages {', '.join(SETTINGS)} wheels, not "
+                    f"{plan.platform.tag}: {plan.wheel.filename}\n"
+                    "leave this platform out (--platform) or use --target wheel for it"
+                )
         packages = [p for p in plans[0].packages if not p.python]
         scratch = Path(tempfile.mkdtemp(prefix=".conan-", dir=build))
         artifacts = []
