@@ -40,7 +40,6 @@ from splitter.targets.distro.common import (
     license_text,
     origin_sentence,
     rebuild_lists,
-    record_json,
     release_epoch,
     stage_under,
 )
@@ -177,7 +176,7 @@ def write_debs(
         # Two at a time, the largest first: the export package's dpkg-deb, most of the build,
         # runs beside the others. Each writes only its own root; dpkg-shlibdeps only reads
         # the siblings' libraries and symbols files, written above.
-        order = sorted(packages, key=lambda d: -sum(os.path.getsize(f.real) for f in d.files))
+        order = sorted(packages, key=lambda d: 0 if d.role == DEVELOPMENT else -d.package.bytes)
         with ThreadPoolExecutor(max_workers=WORKERS) as pool:
             built = dict(zip([d.name for d in order], pool.map(pack, order), strict=True))
         written = [(d.package, built[d.name]) for d in packages]
@@ -230,21 +229,16 @@ def _write_docs(
     origin: str,
     changelog: str,
 ) -> None:
-    """copyright, changelog.Debian.gz, the exclusivity record (library and Python packages;
-    named for the architecture) and the lintian overrides, each with its reason."""
+    """copyright, changelog.Debian.gz, and debmeta.package_docs: the exclusivity record and
+    the lintian overrides."""
     root = roots[package.name]
     doc = root / "usr" / "share" / "doc" / package.name
     doc.mkdir(parents=True, exist_ok=True)
     (doc / "copyright").write_text(debmeta.copyright_file(plan, licence, origin))
     (doc / "changelog.Debian.gz").write_bytes(debmeta.changelog_gz(changelog))
-    if package.role != DEVELOPMENT:
-        record = record_json(plan, package.package, package.name, package.development)
-        (doc / record_name(arch.deb)).write_text(record)
-    directory = root / "usr" / "share" / "lintian" / "overrides"
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / package.name).write_text(
-        debmeta.lintian_overrides(package.name, debmeta.lintian_tags(package))
-    )
+    for path, data in debmeta.package_docs(plan, package, arch.deb):
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(data)
 
 
 def _write_library_control(package: DistroPackage, version: str, roots: dict[str, Path]) -> None:

@@ -23,6 +23,7 @@ from splitter.targets.distro.common import (
     exclusivity_sentence,
     has_bare_executable,
     origin_sentence,
+    record_json,
 )
 
 DEP5 = "https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/"
@@ -224,6 +225,21 @@ LDCONFIG_TRIGGER = "activate-noawait ldconfig\n"  # DEBIAN/triggers of a package
 def lintian_overrides(name: str, overrides: Sequence[tuple[str, str]]) -> str:
     """usr/share/lintian/overrides/<name>: each tag after a comment giving the reason."""
     return "".join(f"# {reason}\n{name}: {tag}\n" for tag, reason in overrides)
+
+
+def package_docs(plan: Plan, package: DistroPackage, arch: str) -> list[tuple[str, bytes]]:
+    """The files under /usr/share a .deb carries that both its builds install as they are, by
+    path from the root: the exclusivity record (library and Python packages; named for the
+    `arch`, e.g. amd64) and the lintian overrides. copyright and changelog.Debian.gz are not
+    here: a source package's build makes them from debian/ (dh_installdocs,
+    dh_installchangelogs)."""
+    docs = []
+    if package.role != DEVELOPMENT:
+        record = record_json(plan, package.package, package.name, package.development)
+        docs.append((f"usr/share/doc/{package.name}/{record_name(arch)}", record.encode()))
+    overrides = lintian_overrides(package.name, lintian_tags(package))
+    docs.append((f"usr/share/lintian/overrides/{package.name}", overrides.encode()))
+    return docs
 
 
 def lintian_tags(package: DistroPackage) -> tuple[tuple[str, str], ...]:

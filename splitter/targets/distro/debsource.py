@@ -34,7 +34,6 @@ from splitter.targets.distro.common import (
     external_requirements,
     license_text,
     origin_sentence,
-    record_json,
 )
 from splitter.tools import need_tool, run_tool
 
@@ -59,21 +58,16 @@ class ArchSource:
 def arch_source(
     plan: Plan, arch: Arch, layout: Layout, packages: list[DistroPackage], lists: RebuildLists
 ) -> ArchSource:
-    """The architecture's part of the source package; the records and lintian overrides
-    (which read the staged files) join the generated files, installed as the .deb has them."""
+    """The architecture's part of the source package; the .deb's own documentation files
+    (debmeta.package_docs, which read the staged files) join the generated files."""
     prefix = layout.prefix.strip("/")
     added = list(lists.generated)
     owned = []
     for package in packages:
         paths = [posixpath.join(prefix, f.path) for f in package.files]
-        doc = f"usr/share/doc/{package.name}"
-        if package.role != DEVELOPMENT:
-            record = record_json(plan, package.package, package.name, package.development)
-            added.append((f"{doc}/{record_name(arch.deb)}", record.encode(), False))
-            paths.append(f"{doc}/{record_name(arch.deb)}")
-        overrides = debmeta.lintian_overrides(package.name, debmeta.lintian_tags(package))
-        added.append((f"usr/share/lintian/overrides/{package.name}", overrides.encode(), False))
-        paths.append(f"usr/share/lintian/overrides/{package.name}")
+        for path, data in debmeta.package_docs(plan, package, arch.deb):
+            added.append((path, data, False))
+            paths.append(path)
         owned.append((package, tuple(sorted(paths))))
     generated = RebuildLists(
         files=lists.files, runpaths=lists.runpaths, generated=tuple(sorted(added))
