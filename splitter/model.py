@@ -3,10 +3,39 @@
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+
+# A progress report: (what is being done, how much is done, of how much; 0 when not known).
+# The core reports through it; the CLI draws it (a bar), and None means nobody listens.
+Progress = Callable[[str, int, int], None]
+
+
+class Target(StrEnum):
+    """The output formats of `splitter build`."""
+
+    CONDA = "conda"
+    WHEEL = "wheel"
+    TREE = "tree"
+    DEB = "deb"
+    RPM = "rpm"
+    CONAN = "conan"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """What a target cannot build, declared by the target and judged from the request before
+    anything is fetched (splitter.plan.request) and again from each wheel's plan."""
+
+    target: Target
+    # the conda subdirs it packages; None: every platform splitter splits
+    platforms: frozenset[str] | None = None
+    one_python_per_platform: bool = False  # deb, rpm: the distribution's python3
+    release: bool = True  # whether it builds several wheels at once
+    why_not_release: str = ""  # what to do instead, when it does not
+    advice: str = ""  # what to use instead for a platform it does not package
 
 
 class Registry(StrEnum):
@@ -266,6 +295,11 @@ class Verdict:
     in_effect: bool
     operators: tuple[str, ...]
     evidence: tuple[str, ...]
+
+    @property
+    def state(self) -> str:
+        """The verdict in the words every output uses: IN EFFECT or not in effect."""
+        return "IN EFFECT" if self.in_effect else "not in effect"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -30,11 +30,11 @@ from splitter.cli.console import (
 from splitter.cli.graph import GraphFormat, render_graph
 from splitter.errors import SplitterError, UsageError
 from splitter.manifest import NAME as MANIFEST
-from splitter.model import CondaBackend, Only, Plan, Rpath
+from splitter.model import CondaBackend, Only, Plan, Rpath, Target
 from splitter.plan.release import Release, ReleasePlanning
 from splitter.plan.report import plan_json, release_json
 from splitter.plan.request import check_build_request, check_plan_request
-from splitter.targets.builder import Builder, Target, build_output
+from splitter.targets.builder import Builder, build_output
 from splitter.targets.conan import ConanBuilder
 from splitter.targets.conda.build import (
     DEFAULT_LEVEL,

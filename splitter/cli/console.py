@@ -270,7 +270,7 @@ def show_plan(result: Plan) -> None:
         rules.add_row(str(rule.index), "\n".join(rule.globs), rule.package, rule.reason)
     out.print(rules)
     for verdict in result.exclusive:
-        state_text = "[red]IN EFFECT[/]" if verdict.in_effect else "[green]not in effect[/]"
+        state_text = f"[{'red' if verdict.in_effect else 'green'}]{verdict.state}[/]"
         out.print(f"process-exclusive {verdict.first} / {verdict.second}: {state_text}")
         for line in verdict.evidence:
             out.print(f"  - {line}")
@@ -321,8 +321,7 @@ def show_summary(built: Built, plan: Plan) -> None:
 
 def _exclusive_state(plan: Plan, name: str) -> str:
     states = [
-        f"{'IN EFFECT' if v.in_effect else 'not in effect'} "
-        f"(with {v.second_package if v.first_package == name else v.first_package})"
+        f"{v.state} (with {v.second_package if v.first_package == name else v.first_package})"
         for v in plan.exclusive
         if name in (v.first_package, v.second_package)
     ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from enum import StrEnum
 
-from splitter.model import Plan
+from splitter.model import Plan, Verdict
 
 
 class GraphFormat(StrEnum):
@@ -36,8 +36,8 @@ def _name(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 
 
-def _pair_label(in_effect: bool) -> str:
-    return "process-exclusive: " + ("IN EFFECT" if in_effect else "not in effect")
+def _pair_label(verdict: Verdict) -> str:
+    return f"process-exclusive: {verdict.state}"
 
 
 def render_dot(plan: Plan) -> str:
@@ -58,7 +58,7 @@ def render_dot(plan: Plan) -> str:
         lines.append(f"  {ids[source]} -> {ids[target]};")
     for verdict in plan.exclusive:
         if verdict.first in ids and verdict.second in ids:
-            label = q(_pair_label(verdict.in_effect))
+            label = q(_pair_label(verdict))
             lines.append(
                 f"  {ids[verdict.first]} -> {ids[verdict.second]} "
                 f"[dir=none, style=dashed, color=red, fontcolor=red, label={label}];"
@@ -79,7 +79,7 @@ def render_mermaid(plan: Plan) -> str:
         lines.append(f"  {ids[source]} --> {ids[target]}")
     for verdict in plan.exclusive:
         if verdict.first in ids and verdict.second in ids:
-            label = _pair_label(verdict.in_effect)
+            label = _pair_label(verdict)
             lines.append(f'  {ids[verdict.first]} -. "{label}" .- {ids[verdict.second]}')
     return "\n".join(lines) + "\n"
 

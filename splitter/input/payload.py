@@ -12,15 +12,13 @@ from __future__ import annotations
 import os
 import threading
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 
 from splitter.errors import InvalidWheel
 from splitter.input.zipread import BIG, MemberRead, read_member
-from splitter.model import WheelInfo
-
-Progress = Callable[[str, int, int], None]
+from splitter.model import Progress, WheelInfo
 
 
 class Payload:

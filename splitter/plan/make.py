@@ -6,7 +6,6 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from types import MappingProxyType
 
@@ -26,6 +25,7 @@ from splitter.model import (
     Dependency,
     PackagePlan,
     Plan,
+    Progress,
     Recipe,
     WheelInfo,
 )
@@ -34,7 +34,6 @@ from splitter.plan.facts import conda_requirements, decide_platform
 from splitter.plan.layout import LIB, check_together
 from splitter.plan.selector import Selector
 
-Progress = Callable[[str, int, int], None]
 VERSION_FILE = "executorch/version.py"
 # PEP 440 characters only: the value lands in CMake comments and package metadata verbatim.
 VERSION_ASSIGNMENT = re.compile(rb"__version__\s*=\s*['\"]([A-Za-z0-9.+!_-]+)['\"]")

@@ -19,7 +19,7 @@ a ReleaseError naming the file and the wheels; every problem is reported at once
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,11 +30,9 @@ from splitter.binaries.stamps import Spans, StringComparison, compare_strings
 from splitter.errors import ReleaseError, SplitterError
 from splitter.input.payload import Payload
 from splitter.input.wheel import Known
-from splitter.model import PackagePlan, Plan, Platform, Recipe
+from splitter.model import PackagePlan, Plan, Platform, Progress, Recipe
 from splitter.plan.facts import platform_of
 from splitter.plan.make import make_plan
-
-Progress = Callable[[str, int, int], None]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

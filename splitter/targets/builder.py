@@ -11,31 +11,17 @@ every artifact with its digest, and every file written.
 from __future__ import annotations
 
 import importlib.metadata
-from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
 
 from splitter.manifest import NAME as MANIFEST
 from splitter.manifest import Artifact, Manifest, digest
-from splitter.model import PackagePlan, Plan
+from splitter.model import PackagePlan, Plan, Progress, Target
 from splitter.plan.release import Release, ReleasePlanning, check_release
 from splitter.targets.output import atomic_output, files_under
 
-Progress = Callable[[str, int, int], None]
 PACKAGE_SUFFIXES = (".conda", ".whl", ".deb", ".rpm", ".conan.tgz")
-
-
-class Target(StrEnum):
-    """The output formats of `splitter build`."""
-
-    CONDA = "conda"
-    WHEEL = "wheel"
-    TREE = "tree"
-    DEB = "deb"
-    RPM = "rpm"
-    CONAN = "conan"
 
 
 class Builder(Protocol):

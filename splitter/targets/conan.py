@@ -32,12 +32,12 @@ from typing import Any
 
 from splitter.errors import ExternalToolError, MissingToolError, UsageError
 from splitter.manifest import Artifact
-from splitter.model import PackagePlan, Plan, Rpath
+from splitter.model import PackagePlan, Plan, Rpath, Target
 from splitter.plan.layout import make_layout
 from splitter.plan.release import ReleasePlanning, planned
 from splitter.plan.report import RECORD, exclusivity_record
 from splitter.targets.archive import reproducible_tar_gz
-from splitter.targets.builder import Target, artifact
+from splitter.targets.builder import artifact
 from splitter.targets.distro.common import license_text
 from splitter.targets.generated.cmake import BASE_DEFINITIONS, C10_INCLUDE, RUNTIME_COMPONENT
 from splitter.targets.stage import Progress, stage

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from splitter.manifest import Artifact
-from splitter.model import Plan, Rpath
+from splitter.model import Plan, Rpath, Target
 from splitter.plan.layout import Layout, make_layout
 from splitter.plan.release import PlatformGroup, ReleasePlanning, planned
 from splitter.plan.report import dependency_json, shared_json, verdict_json
-from splitter.targets.builder import Target, artifact, build_output, single
+from splitter.targets.builder import artifact, build_output, single
 from splitter.targets.stage import Progress, Staged, StagedFile, own_directories, stage
 
 

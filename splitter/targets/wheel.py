@@ -22,11 +22,11 @@ from packaging.utils import canonicalize_name
 from splitter.input.payload import Payload
 from splitter.input.wheel import record_hash
 from splitter.manifest import Artifact
-from splitter.model import PackagePlan, Plan
+from splitter.model import PackagePlan, Plan, Target
 from splitter.plan.layout import UPSTREAM_CMAKE
 from splitter.plan.release import PlatformGroup, ReleasePlanning, planned, release_note
 from splitter.plan.report import exclusivity_record
-from splitter.targets.builder import Target, artifact, build_output, single
+from splitter.targets.builder import artifact, build_output, single
 from splitter.targets.generated.cmake import CMakeLayout
 from splitter.targets.generated.files import cmake_files, split_from
 from splitter.targets.generated.guard import guard_files

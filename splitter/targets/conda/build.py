@@ -19,7 +19,7 @@ from pathlib import Path
 from splitter.errors import ExternalToolError, MissingToolError
 from splitter.input.payload import Payload
 from splitter.manifest import Artifact
-from splitter.model import CondaBackend, PackagePlan, Plan, Rpath
+from splitter.model import CondaBackend, PackagePlan, Plan, Rpath, Target
 from splitter.plan.layout import Layout, default_sitedir
 from splitter.plan.release import (
     PlatformGroup,
@@ -30,7 +30,7 @@ from splitter.plan.release import (
 )
 from splitter.plan.report import exclusivity_record
 from splitter.plan.request import release_backend
-from splitter.targets.builder import Target, artifact, build_output
+from splitter.targets.builder import artifact, build_output
 from splitter.targets.conda.assemble import (
     PLACEHOLDER,
     Assembled,

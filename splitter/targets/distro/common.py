@@ -215,7 +215,7 @@ def exclusivity_sentence(plan: Plan, package: PackagePlan, path: str) -> str:
     if not pairs:
         return f"The process-exclusivity record {path} lists no pair for this package."
     states = "; ".join(
-        f"{v.first} with {v.second}: {'IN EFFECT' if v.in_effect else 'not in effect'}"
+        f"{v.first} with {v.second}: {v.state}"
         for v in pairs
     )
     return (

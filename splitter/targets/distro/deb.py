@@ -21,13 +21,13 @@ from pathlib import Path
 
 from splitter.errors import RecipeError
 from splitter.manifest import Artifact
-from splitter.model import Distro, PackagePlan, Plan
+from splitter.model import Distro, PackagePlan, Plan, Target
 from splitter.plan.facts import Arch, arch_of
 from splitter.plan.layout import Layout, make_layout
 from splitter.plan.release import ReleasePlanning, planned
 from splitter.plan.report import record_name
 from splitter.plan.request import several_pythons
-from splitter.targets.builder import Target, artifact
+from splitter.targets.builder import artifact
 from splitter.targets.distro import debmeta
 from splitter.targets.distro.common import (
     DEVELOPMENT,

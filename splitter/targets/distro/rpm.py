@@ -28,13 +28,13 @@ from pathlib import Path
 
 from splitter.binaries.relocate import patchelf
 from splitter.manifest import Artifact
-from splitter.model import Plan
+from splitter.model import Plan, Target
 from splitter.plan.facts import arch_of
 from splitter.plan.layout import make_layout
 from splitter.plan.release import ReleasePlanning
 from splitter.plan.report import RECORD
 from splitter.targets.archive import reproducible_tar_gz
-from splitter.targets.builder import Target, artifact
+from splitter.targets.builder import artifact
 from splitter.targets.distro.common import (
     DEVELOPMENT,
     INSTALL_SPLIT,
