@@ -16,7 +16,10 @@ from splitter.model import Recipe
 from splitter.plan.recipe import load_recipe
 from splitter.verify.consumer import cmake_version
 from splitter.verify.install import Installed
+from splitter.verify.rows import Row
 
+# (row, subject, expected, detail, passed)
+MacRow = tuple[Row, str, str, str, bool]
 NEEDS_MACOS = "needs macOS (arm64): dyld, the Apple toolchain and codesign are not here"
 # find_package as a Darwin consumer, without languages (no compiler is run)
 PROBE = """cmake_minimum_required(VERSION 3.19)
@@ -31,7 +34,7 @@ def is_macos_output(full: Installed) -> bool:
     return any(full.libdir.glob("libexecutorch*.dylib"))
 
 
-def macos_checks(full: Installed, cmakes: list[Path]) -> list[tuple[str, str, str, str, bool]]:
+def macos_checks(full: Installed, cmakes: list[Path]) -> list[MacRow]:
     """(check, subject, expected, detail, passed) rows for what runs without a Mac."""
     files = {
         p.relative_to(full.root).as_posix(): p
@@ -43,7 +46,7 @@ def macos_checks(full: Installed, cmakes: list[Path]) -> list[tuple[str, str, st
     for relative, path in machos.items():
         problems = signature_problems(path.read_bytes())
         rows.append(
-            ("signature", relative, "valid ad-hoc signature", "; ".join(problems), not problems)
+            (Row.SIGNATURE, relative, "valid ad-hoc signature", "; ".join(problems), not problems)
         )
     recipe = load_recipe()
     allowed = frozenset(recipe.system_sonames) | frozenset(
@@ -54,7 +57,7 @@ def macos_checks(full: Installed, cmakes: list[Path]) -> list[tuple[str, str, st
     )
     rows.append(
         (
-            "resolution",
+            Row.RESOLUTION,
             f"{len(machos)} Mach-O files",
             "every @rpath dependency inside the layout",
             "; ".join(unresolved),
@@ -79,7 +82,7 @@ def macos_checks(full: Installed, cmakes: list[Path]) -> list[tuple[str, str, st
         tail = (result.stderr.strip().splitlines() or [""])[-1]
         rows.append(
             (
-                "cmake (Darwin, no compiler)",
+                Row.CMAKE_DARWIN,
                 f"CMake {version}",
                 f"find_package(executorch COMPONENTS {components}) configures",
                 "" if result.returncode == 0 else tail,
@@ -89,7 +92,7 @@ def macos_checks(full: Installed, cmakes: list[Path]) -> list[tuple[str, str, st
     return rows
 
 
-def together_rows(files: dict[str, Path], recipe: Recipe) -> list[tuple[str, str, str, str, bool]]:
+def together_rows(files: dict[str, Path], recipe: Recipe) -> list[MacRow]:
     """Each [[together]] group of the recipe whose files the output installs: all of them, in
     one directory (MLX finds mlx.metallib beside its library; its compiled-in fallback is a
     build directory of the wheel's Python). A group none of whose files is installed (another
@@ -116,7 +119,7 @@ def together_rows(files: dict[str, Path], recipe: Recipe) -> list[tuple[str, str
         )
         rows.append(
             (
-                "together",
+                Row.TOGETHER,
                 " + ".join(names),
                 "installed in one directory",
                 "" if passed else detail,
@@ -126,7 +129,7 @@ def together_rows(files: dict[str, Path], recipe: Recipe) -> list[tuple[str, str
     return rows
 
 
-def _kernel_rows(full: Installed, machos: dict[str, Path]) -> list[tuple[str, str, str, str, bool]]:
+def _kernel_rows(full: Installed, machos: dict[str, Path]) -> list[MacRow]:
     """Each file of a shipped exclusivity record registers, installed, the kernels the record
     says the plan counted (the record's evidence: `<path> registers <n> ExecuTorch kernels`)."""
     by_name = {Path(rel).name: path for rel, path in machos.items()}
@@ -144,7 +147,7 @@ def _kernel_rows(full: Installed, machos: dict[str, Path]) -> list[tuple[str, st
             found = len(info.et_operators)
             rows.append(
                 (
-                    "kernels",
+                    Row.KERNELS,
                     Path(wheel_path).name,
                     f"{expected} in static tables, as planned",
                     "" if found == expected else f"{found} found",

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from splitter.verify.run import Check, Status
+from splitter.verify.rows import Check, Row, Status
 
 STRICT = "skipped, and --strict counts a skip as a failure"
 
@@ -72,7 +72,7 @@ def table_rows(checks: list[Check]) -> list[Check]:
     rows: list[Check] = []
     groups: dict[tuple[str, str, Status, str], list[Check]] = {}
     for check in checks:
-        if check.check != "co-load" or check.status is Status.FAIL:
+        if check.check != Row.CO_LOAD or check.status is Status.FAIL:
             rows.append(check)
             continue
         key = (check.expected, check.outcome, check.status, check.detail)
@@ -83,7 +83,7 @@ def table_rows(checks: list[Check]) -> list[Check]:
     shown = []
     for row in rows:
         members = groups.get((row.expected, row.outcome, row.status, row.detail))
-        if row.check == "co-load" and row.status is not Status.FAIL and members:
+        if row.check == Row.CO_LOAD and row.status is not Status.FAIL and members:
             subject = members[0].subject if len(members) == 1 else f"{len(members)} pairs"
             row = replace(row, subject=subject)
         shown.append(row)
