@@ -314,7 +314,9 @@ def diff_command(
     added, removed, changed and moved, the binaries' sonames, NEEDED, symbols and kernels,
     the metadata, and whether what was built against OLD keeps working with NEW. With
     --python/--platform, one comparison per platform and Python."""
-    from splitter.plan.diff import abi_reports, diff_json, diff_plans, pair_plans, report_lines
+    from splitter.plan.diff import diff_plans, pair_plans
+    from splitter.plan.diffabi import abi_reports
+    from splitter.plan.diffreport import diff_json, report_lines
 
     recipes: list[Path | None] = [*recipe] if recipe else [None]
     if len(recipes) > 2:

@@ -19,28 +19,16 @@ CMake component, or a soname change), with what that means for pins.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from pathlib import Path
 
 from splitter.binaries.detect import exported_symbols
-from splitter.binaries.elf import has_debug_info
 from splitter.errors import UsageError
 from splitter.input.payload import Payload
 from splitter.model import BinaryInfo, PackagePlan, Plan
 from splitter.model import Verdict as Exclusive
-from splitter.tools import need_tool
-
-PINS = (
-    "programs and packages built against the old version need a rebuild: pin exactly "
-    "(conda run_exports max_pin='x.x.x', a deb shlibs/symbols bump, an rpm Requires on the "
-    "exact version)"
-)
 
 
 class Verdict(StrEnum):
@@ -328,135 +316,6 @@ def _verdict(
     )
 
 
-def demangled(names: Iterable[str]) -> dict[str, str]:
-    """Each C++ name demangled by binutils' c++filt (a Mach-O name without its leading
-    underscore), itself where c++filt is not installed or leaves it as it is."""
-    ordered = sorted(set(names))
-    tool = shutil.which("c++filt")
-    if not ordered or tool is None:
-        return {name: name for name in ordered}
-    plain = [n[1:] if n.startswith("__Z") else n for n in ordered]
-    result = subprocess.run(
-        [tool], input="\n".join(plain) + "\n", capture_output=True, text=True, check=False
-    )
-    lines = result.stdout.splitlines()
-    if result.returncode != 0 or len(lines) != len(ordered):
-        return {name: name for name in ordered}
-    return dict(zip(ordered, lines, strict=True))
-
-
-def diff_json(found: SplitDiff, abi: list[AbiReport] | None = None) -> dict[str, object]:
-    """The diff as `--json` prints it: `from`, `to`, `changed`, and `packages` mapping each
-    package name to its verdict, reasons, added, removed, changed and moved entries, metadata
-    lines and binaries (symbols demangled, with the mangled name); with `abi`, abidiff's
-    reports under `abi`."""
-    names = demangled(
-        s for p in found.packages for b in p.binaries for s in b.symbols_added + b.symbols_removed
-    )
-
-    def symbols(listed: tuple[str, ...]) -> list[dict[str, str]]:
-        return [{"name": names[s], "mangled": s} for s in listed]
-
-    def pair(value: tuple[object, object] | None) -> dict[str, object] | None:
-        return None if value is None else {"from": value[0], "to": value[1]}
-
-    shown: dict[str, object] = {
-        "from": found.old,
-        "to": found.new,
-        "changed": found.changed,
-        "packages": {
-            p.name: {
-                "verdict": str(p.verdict),
-                "reasons": list(p.reasons),
-                "pins": PINS if p.verdict is Verdict.INCOMPATIBLE else "",
-                "added": list(p.added),
-                "removed": list(p.removed),
-                "changed": list(p.changed),
-                "moved": [
-                    {"from": m.old, "to": m.new, "from_package": m.old_package} for m in p.moved
-                ],
-                "metadata": list(p.metadata),
-                "binaries": [
-                    {
-                        "path": b.path,
-                        "soname": pair(b.soname),
-                        "needed_added": list(b.needed_added),
-                        "needed_removed": list(b.needed_removed),
-                        "runpath": pair(b.runpath),
-                        "symbols_added": symbols(b.symbols_added),
-                        "symbols_removed": symbols(b.symbols_removed),
-                        "kernels_added": list(b.kernels_added),
-                        "kernels_removed": list(b.kernels_removed),
-                        "schemas_added": list(b.schemas_added),
-                        "schemas_removed": list(b.schemas_removed),
-                    }
-                    for b in p.binaries
-                ],
-            }
-            for p in found.packages
-        },
-    }
-    if abi is not None:
-        shown["abi"] = [
-            {
-                "path": r.path,
-                "status": r.status,
-                "summary": r.summary,
-                "debug_info": r.debug_info,
-                "report": r.report,
-            }
-            for r in abi
-        ]
-    return shown
-
-
-def report_lines(
-    found: SplitDiff, abi: list[AbiReport] | None = None, limit: int = 10
-) -> list[str]:
-    """The readable report: a line per package with its verdict (and nothing more when it is
-    unchanged), then what changed, then abidiff's findings per library (`abi`); long lists
-    show their first `limit` entries."""
-    names = demangled(
-        s for p in found.packages for b in p.binaries for s in b.symbols_added + b.symbols_removed
-    )
-    lines = [f"{found.old} -> {found.new}"]
-
-    def listed(mark: str, label: str, items: Iterable[str]) -> None:
-        items = list(items)
-        for item in items[:limit]:
-            lines.append(f"  {mark} {label}{item}")
-        if len(items) > limit:
-            lines.append(f"  {mark} {label}... and {len(items) - limit} more")
-
-    for package in found.packages:
-        lines.append(f"{package.name}: {package.verdict}")
-        lines += [f"  incompatible: {reason}" for reason in package.reasons]
-        if package.verdict is Verdict.INCOMPATIBLE:
-            lines.append(f"  pins: {PINS}")
-        listed("+", "", package.added)
-        listed("-", "", package.removed)
-        listed("~", "", package.changed)
-        listed(">", "", (f"{m.old} -> {m.new} (was in {m.old_package})" for m in package.moved))
-        lines += [f"  * {line}" for line in package.metadata]
-        for b in package.binaries:
-            lines.append(f"  binary {b.path}:")
-            if b.soname is not None:
-                lines.append(f"    soname {b.soname[0]} -> {b.soname[1]}")
-            if b.runpath is not None:
-                lines.append(f"    RUNPATH {':'.join(b.runpath[0])} -> {':'.join(b.runpath[1])}")
-            listed("  + NEEDED", " ", b.needed_added)
-            listed("  - NEEDED", " ", b.needed_removed)
-            listed("  + symbol", " ", (names[s] for s in b.symbols_added))
-            listed("  - symbol", " ", (names[s] for s in b.symbols_removed))
-            listed("  + kernel", " ", b.kernels_added)
-            listed("  - kernel", " ", b.kernels_removed)
-            listed("  + schema", " ", b.schemas_added)
-            listed("  - schema", " ", b.schemas_removed)
-    for report in abi or []:
-        lines.append(f"abidiff {report.path}: {report.summary}")
-    return lines
-
-
 def pair_plans(olds: list[Plan], news: list[Plan]) -> list[tuple[Plan, Plan]]:
     """The old and new plans paired by platform and Python (one pair per wheel of
     --platform/--python), in the new ones' order; a UsageError names a wheel without its
@@ -483,77 +342,3 @@ def pair_plans(olds: list[Plan], news: list[Plan]) -> list[tuple[Plan, Plan]]:
             "\ngive OLD and NEW for the same platforms and Pythons"
         )
     return [(before[key(p)], p) for p in news]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AbiReport:
-    """libabigail's abidiff on one changed ELF library: its exit status bits, its report, and
-    whether the libraries carry the DWARF it needs to compare type layouts."""
-
-    path: str
-    status: int  # 0 none, 4 an ABI change, 8 (with 4) an incompatible one; 1, 2 its errors
-    report: str
-    debug_info: bool
-
-    @property
-    def summary(self) -> str:
-        """One line: what abidiff found, and what it could not see."""
-        found = (
-            "abidiff failed"
-            if self.status & 3
-            else "incompatible ABI change"
-            if self.status & 8
-            else "ABI change"
-            if self.status & 4
-            else "no ABI change"
-        )
-        if not self.debug_info:
-            found += (
-                " (no debug info in the libraries: abidiff compared their symbols only, "
-                "not type layouts)"
-            )
-        return found
-
-
-def abi_reports(old: Plan, new: Plan, found: SplitDiff) -> list[AbiReport]:
-    """abidiff (Debian: abigail-tools) on each changed ELF library of `found`, both copies
-    read again from their wheels (verified) into a temporary directory."""
-    tool = need_tool("abidiff", "abigail-tools", "diff --abi compares libraries with it")
-    elf = {b.path for b in new.binaries if not b.macho}
-    paths = sorted(
-        {c for p in found.packages for c in p.changed if c in elf}
-        | {b.path for p in found.packages for b in p.binaries if b.path in elf}
-    )
-    reports = []
-    with (
-        tempfile.TemporaryDirectory(prefix="splitter-abi-") as scratch,
-        Payload(old.wheel) as before,
-        Payload(new.wheel) as after,
-    ):
-        for index, path in enumerate(paths):
-            copies = []
-            for side, payload in (("old", before), ("new", after)):
-                target = Path(scratch, f"{index}-{side}", Path(path).name)
-                target.parent.mkdir()
-                target.write_bytes(
-                    payload.read(_old_path(old, new, path) if side == "old" else path)
-                )
-                copies.append(target)
-            run = subprocess.run(
-                [tool, str(copies[0]), str(copies[1])], capture_output=True, text=True, check=False
-            )
-            reports.append(
-                AbiReport(
-                    path=path,
-                    status=run.returncode,
-                    report=(run.stdout + run.stderr).strip(),
-                    debug_info=all(has_debug_info(c.read_bytes()) for c in copies),
-                )
-            )
-    return reports
-
-
-def _old_path(old: Plan, new: Plan, path: str) -> str:
-    """`path` of the new wheel as the old wheel names it (its .dist-info has the old version)."""
-    prefix = f"{new.wheel.dist_info}/"
-    return f"{old.wheel.dist_info}/{path[len(prefix) :]}" if path.startswith(prefix) else path
