@@ -2,9 +2,11 @@
 
 Every build writes OUT/splitter-manifest.json. It names the target, the input wheels, every
 package file (an artifact: its package, platform, Python and digest) and every file the build
-wrote. The build summary, `verify` and `doctor --output` read it instead of guessing packages,
-platforms and Pythons back from file names; the next build into the same OUT replaces exactly
-the files it lists and refuses to overwrite any other (a file the user keeps there).
+wrote, and the recipe it used (with a copy in OUT when it was not the shipped one, which
+`verify` checks the output against). The build summary, `verify` and `doctor --output` read it
+instead of guessing packages, platforms and Pythons back from file names; the next build into
+the same OUT replaces exactly the files it lists and refuses to overwrite any other (a file the
+user keeps there).
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ from typing import Any
 from splitter.errors import ManifestError
 
 NAME = "splitter-manifest.json"
+# Schema 1 grows by optional keys: an older manifest (no "recipe") still reads, and an older
+# splitter reads this one.
 SCHEMA = "splitter.manifest/1"
+RECIPE_COPY = "splitter-recipe.toml"  # a --recipe build's recipe, in OUT
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,6 +40,19 @@ class Artifact:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RecipeUsed:
+    """The recipe a build used."""
+
+    path: str  # as given (--recipe), or the shipped recipe's path
+    sha256: str
+    copy: str | None  # its copy in OUT (relative, POSIX) for a --recipe build; None: shipped
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest's "recipe" object."""
+        return {"path": self.path, "sha256": self.sha256, "copy": self.copy}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Manifest:
     """OUT/splitter-manifest.json as a record."""
 
@@ -43,6 +61,7 @@ class Manifest:
     inputs: tuple[tuple[str, str], ...]  # (file name, sha256) of every input wheel, sorted
     artifacts: tuple[Artifact, ...]
     files: tuple[str, ...]  # every file written, relative to OUT, sorted (this one excluded)
+    recipe: RecipeUsed | None = None  # None: written before manifests recorded it
 
     def to_json(self) -> dict[str, Any]:
         """The JSON document (keys in the documented order)."""
@@ -50,6 +69,7 @@ class Manifest:
             "schema": SCHEMA,
             "splitter": self.splitter,
             "target": self.target,
+            **({} if self.recipe is None else {"recipe": self.recipe.to_json()}),
             "inputs": [{"filename": name, "sha256": sha} for name, sha in self.inputs],
             "artifacts": [
                 {
@@ -122,11 +142,45 @@ def read_manifest(out: Path) -> Manifest:
                 for a in data["artifacts"]
             ),
             files=tuple(str(f) for f in data["files"]),
+            recipe=_recipe(data.get("recipe")),
         )
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
         raise ManifestError(
             f"unreadable manifest ({exc}): {path}\nrebuild the output with `splitter build`"
         ) from exc
+
+
+def _recipe(data: Any) -> RecipeUsed | None:
+    """The manifest's "recipe" object as a record (None when absent: an older manifest)."""
+    if data is None:
+        return None
+    copy = data["copy"]
+    return RecipeUsed(
+        path=str(data["path"]),
+        sha256=str(data["sha256"]),
+        copy=None if copy is None else str(copy),
+    )
+
+
+def recipe_copy(out: Path, manifest: Manifest) -> Path | None:
+    """The copy in OUT of the recipe a --recipe build used, checked against the sha256 the
+    manifest recorded (a ManifestError names it when missing or changed); None when the build
+    used the shipped recipe, or its manifest does not say."""
+    used = manifest.recipe
+    if used is None or used.copy is None:
+        return None
+    path = out / used.copy
+    if not path.is_file():
+        problem = "is missing"
+    elif digest(path)[0] != used.sha256:
+        problem = "has changed since the build (sha256 differs)"
+    else:
+        return path
+    raise ManifestError(
+        f"the recipe this output was built with {problem}: {path}\n"
+        f"verify checks an output against the recipe it was built with ({used.path} when "
+        f"built, sha256 {used.sha256}, per {out / NAME}); rebuild it with `splitter build`"
+    )
 
 
 def check_artifacts(out: Path, manifest: Manifest) -> None:

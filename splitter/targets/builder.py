@@ -5,19 +5,22 @@ directory, it writes its packages there and says which files are packages (`Arti
 driver, `build_output`, owns the rest, the same for every target: the staging directory beside
 OUT and its atomic publish (splitter.targets.output), which replaces what the previous build of
 OUT wrote and never a user's file, and the manifest (splitter.manifest) that lists the inputs,
-every artifact with its digest, and every file written.
+the recipe (a copy in OUT when it is not the shipped one), every artifact with its digest, and
+every file written.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from splitter.manifest import NAME as MANIFEST
-from splitter.manifest import Artifact, Manifest, digest
-from splitter.model import PackagePlan, Plan, Progress, Target
+from splitter.manifest import RECIPE_COPY, Artifact, Manifest, RecipeUsed, digest
+from splitter.model import PackagePlan, Plan, Progress, Recipe, Target
+from splitter.plan.recipe import default_recipe_path
 from splitter.plan.release import Release, ReleasePlanning, check_release
 from splitter.targets.output import atomic_output, files_under
 
@@ -76,15 +79,35 @@ def build_output(
     """Build `source` with `builder` into OUT: staged beside it, published only when complete,
     with OUT/splitter-manifest.json."""
     release = as_release(source)
+    recipe, text = recipe_used(release.recipe)
     with atomic_output(out) as build:
         artifacts = builder.build(release, build, progress)
-        manifest = make_manifest(builder.target, release.release(), artifacts, build)
+        if recipe.copy is not None:
+            (build / recipe.copy).write_bytes(text)
+        manifest = make_manifest(builder.target, release.release(), artifacts, build, recipe)
         (build / MANIFEST).write_text(manifest.text(), encoding="utf-8")
     return Built(out, manifest)
 
 
+def recipe_used(recipe: Recipe) -> tuple[RecipeUsed, bytes]:
+    """What the manifest records of the recipe, and its bytes: a recipe other than the
+    shipped one is copied into OUT, so that `verify` checks the output against its rules."""
+    text = recipe.path.read_bytes()
+    shipped = recipe.path.resolve() == default_recipe_path().resolve()
+    used = RecipeUsed(
+        path=str(recipe.path),
+        sha256=hashlib.sha256(text).hexdigest(),
+        copy=None if shipped else RECIPE_COPY,
+    )
+    return used, text
+
+
 def make_manifest(
-    target: Target, release: Release, artifacts: list[Artifact], build: Path
+    target: Target,
+    release: Release,
+    artifacts: list[Artifact],
+    build: Path,
+    recipe: RecipeUsed | None = None,
 ) -> Manifest:
     """The manifest of what `build` holds; every package file must be an artifact."""
     files = sorted(files_under(build) - {MANIFEST})
@@ -117,6 +140,7 @@ def make_manifest(
         inputs=release.inputs,
         artifacts=tuple(hashed),
         files=tuple(files),
+        recipe=recipe,
     )
 
 

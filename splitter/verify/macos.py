@@ -13,7 +13,6 @@ from splitter.binaries.codesign import signature_problems
 from splitter.binaries.macho import analyse_macho, is_macho
 from splitter.binaries.resolve import find_unresolved
 from splitter.model import Recipe
-from splitter.plan.recipe import load_recipe
 from splitter.verify.consumer import cmake_version
 from splitter.verify.install import Installed
 from splitter.verify.rows import Row
@@ -34,8 +33,9 @@ def is_macos_output(full: Installed) -> bool:
     return any(full.libdir.glob("libexecutorch*.dylib"))
 
 
-def macos_checks(full: Installed, cmakes: list[Path]) -> list[MacRow]:
-    """(check, subject, expected, detail, passed) rows for what runs without a Mac."""
+def macos_checks(full: Installed, cmakes: list[Path], recipe: Recipe) -> list[MacRow]:
+    """(check, subject, expected, detail, passed) rows for what runs without a Mac, against
+    `recipe` (the one the output was built with)."""
     files = {
         p.relative_to(full.root).as_posix(): p
         for p in sorted(full.root.rglob("*"))
@@ -48,7 +48,6 @@ def macos_checks(full: Installed, cmakes: list[Path]) -> list[MacRow]:
         rows.append(
             (Row.SIGNATURE, relative, "valid ad-hoc signature", "; ".join(problems), not problems)
         )
-    recipe = load_recipe()
     allowed = frozenset(recipe.system_sonames) | frozenset(
         s for e in recipe.externals for s in e.sonames
     )

@@ -8,12 +8,13 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from splitter.errors import UsageError
 from splitter.input.fetch import machine_subdir
 from splitter.manifest import check_artifacts, read_manifest
-from splitter.model import Only
+from splitter.model import Only, Recipe
 from splitter.plan.facts import MACOS_SUBDIRS
 from splitter.verify.checks import (
     consumer_checks,
@@ -26,6 +27,7 @@ from splitter.verify.emulate import elf_subdir, emulator_for
 from splitter.verify.install import Installed, install
 from splitter.verify.interpreters import interpreters, torch_available
 from splitter.verify.macos import NEEDS_MACOS, is_macos_output, macos_checks
+from splitter.verify.recipe import build_recipe
 from splitter.verify.release import Environment, release_environments
 from splitter.verify.rows import CHECKS, EXPECTED, FOREIGN, Check, Row, Status, skipped
 
@@ -33,13 +35,19 @@ from splitter.verify.rows import CHECKS, EXPECTED, FOREIGN, Check, Row, Status, 
 __all__ = ["CHECKS", "NO_CMAKE", "Check", "Status", "depends_check", "verify"]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Options:
+    """What every environment of one verify run is checked with."""
+
+    cmakes: tuple[Path, ...]
+    jobs: int
+    only: tuple[str, ...]  # the --only names
+    cross_cxx: Path | None  # the cross C++ compiler for an output of another architecture
+    recipe: Recipe  # the recipe the output was built with (its manifest says which)
+
+
 def verify_release(
-    environments: list[Environment],
-    pythons: Sequence[Path],
-    cmakes: list[Path],
-    jobs: int,
-    only: tuple[str, ...],
-    cross_cxx: Path | None = None,
+    environments: list[Environment], pythons: Sequence[Path], options: Options
 ) -> list[Check]:
     """The checks once per environment of a release's output (its shared packages beside one
     export) that this machine can run and for which there is a CPython of its export's
@@ -57,13 +65,11 @@ def verify_release(
             # What runs for a macOS output anywhere: its static checks (signatures, dyld's
             # resolution, kernels, files that travel together, CMake as Darwin), and rows
             # saying the rest needs a Mac; no CPython of the export's version is needed.
-            checks += _verify(environment.source, environment.paths, [], cmakes, jobs, only)
+            checks += _verify(environment.source, environment.paths, [], options)
             continue
         if environment.subdir != here and environment.subdir not in emulated:
             emulated[environment.subdir] = environment.label
-            checks += _verify(
-                environment.source, environment.paths, [], cmakes, jobs, only, cross_cxx
-            )
+            checks += _verify(environment.source, environment.paths, [], options)
             continue
         if environment.subdir != here:
             reason = (
@@ -79,9 +85,7 @@ def verify_release(
                 "pass --python with one"
             )
         else:
-            checks += _verify(
-                environment.source, environment.paths, [found[version]], cmakes, jobs, only
-            )
+            checks += _verify(environment.source, environment.paths, [found[version]], options)
             continue
         checks.append(skipped(Row.RELEASE, "all", reason, environment.label))
     return checks
@@ -112,33 +116,32 @@ def verify(
         interpreters(pythons, [])  # each --python runs, or a UsageError names it, before work
     manifest = read_manifest(out)
     check_artifacts(out, manifest)  # an altered output is refused before anything is installed
+    recipe = build_recipe(out, manifest)  # so is one whose recipe is not the build's
+    options = Options(
+        cmakes=tuple(cmakes), jobs=jobs, only=only, cross_cxx=cross_cxx, recipe=recipe
+    )
     environments = release_environments(out, manifest)
     if environments is not None:
-        return verify_release(environments, pythons, cmakes, jobs, only, cross_cxx)
-    return _verify(out, None, pythons, cmakes, jobs, only, cross_cxx)
+        return verify_release(environments, pythons, options)
+    return _verify(out, None, pythons, options)
 
 
 def _verify(
-    out: Path,
-    paths: tuple[str, ...] | None,
-    pythons: Sequence[Path],
-    cmakes: list[Path],
-    jobs: int,
-    only: tuple[str, ...],
-    cross_cxx: Path | None = None,
+    out: Path, paths: tuple[str, ...] | None, pythons: Sequence[Path], options: Options
 ) -> list[Check]:
     """The checks on `out` installed (all its packages, or its artifacts `paths`)."""
     python = pythons[0] if pythons else Path(sys.executable)
+    cmakes, jobs, only = list(options.cmakes), options.jobs, options.only
     checks: list[Check] = []
     with tempfile.TemporaryDirectory(prefix="splitter-verify-") as scratch_name:
         scratch = Path(scratch_name)
         full = install(out, scratch / "full", paths=paths)
         if is_macos_output(full):
-            return _macos(full, cmakes, only)
+            return _macos(full, options)
         theirs, here = elf_subdir(full.libdir), machine_subdir()
         emulator = None
         if theirs is not None and theirs != here:
-            found = emulator_for(theirs, cross_cxx)
+            found = emulator_for(theirs, options.cross_cxx)
             if isinstance(found, str):  # nothing here runs its programs: every check says so
                 rows = [row for name in only for row in FOREIGN.get(name, ())]
                 return [skipped(row, EXPECTED[row], found) for row in rows]
@@ -183,7 +186,7 @@ def _verify(
     return checks
 
 
-def _macos(full: Installed, cmakes: list[Path], only: tuple[str, ...]) -> list[Check]:
+def _macos(full: Installed, options: Options) -> list[Check]:
     """A macOS output verified on another machine: what runs here, and a skipped row, saying
     plainly that it needs a Mac, for every check that must load the code."""
     checks = [
@@ -196,12 +199,12 @@ def _macos(full: Installed, cmakes: list[Path], only: tuple[str, ...]) -> list[C
             detail=detail,
         )
         for check, subject, expected, detail, passed in macos_checks(
-            full, cmakes if Only.CMAKE in only else []
+            full, list(options.cmakes) if Only.CMAKE in options.only else [], options.recipe
         )
     ]
     # one row per check that needs a Mac (its CMake rows are the Darwin ones above); "depends"
     # is a .deb/.rpm check: a conda, wheel or tree output has no row for it
-    wanted = [FOREIGN[name][0] for name in CHECKS if name in only and name in FOREIGN]
+    wanted = [FOREIGN[name][0] for name in CHECKS if name in options.only and name in FOREIGN]
     checks += [skipped(row, EXPECTED[row], NEEDS_MACOS) for row in wanted]
     return checks
 
