@@ -53,6 +53,22 @@ def run_tool(
     return result.stdout
 
 
+def run_status(
+    command: Sequence[str], stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run a tool whose exit status is a finding rather than a failure (abidiff's bit mask;
+    c++filt, whose output the caller checks) in the C locale; its status and output, for the
+    caller to judge."""
+    return subprocess.run(
+        list(command),
+        input=stdin,
+        env={**os.environ, "LC_ALL": "C.UTF-8", "PATH": tool_path()},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
 def die_with_parent() -> None:
     """In a child: get SIGKILL when the build that started it dies (PR_SET_PDEATHSIG), so a
     killed build leaves no helper process writing into its temporary directories."""

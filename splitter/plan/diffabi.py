@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +10,7 @@ from splitter.binaries.elf import has_debug_info
 from splitter.input.payload import Payload
 from splitter.model import Plan
 from splitter.plan.diff import SplitDiff
-from splitter.tools import need_tool
+from splitter.tools import need_tool, run_status
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,9 +67,7 @@ def abi_reports(old: Plan, new: Plan, found: SplitDiff) -> list[AbiReport]:
                     payload.read(_old_path(old, new, path) if side == "old" else path)
                 )
                 copies.append(target)
-            run = subprocess.run(
-                [tool, str(copies[0]), str(copies[1])], capture_output=True, text=True, check=False
-            )
+            run = run_status([tool, str(copies[0]), str(copies[1])])
             reports.append(
                 AbiReport(
                     path=path,

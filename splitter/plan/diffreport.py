@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 from collections.abc import Iterable
 
 from splitter.plan.diff import SplitDiff, Verdict
 from splitter.plan.diffabi import AbiReport
+from splitter.tools import run_status
 
 PINS = (
     "programs and packages built against the old version need a rebuild: pin exactly "
@@ -24,9 +24,7 @@ def demangled(names: Iterable[str]) -> dict[str, str]:
     if not ordered or tool is None:
         return {name: name for name in ordered}
     plain = [n[1:] if n.startswith("__Z") else n for n in ordered]
-    result = subprocess.run(
-        [tool], input="\n".join(plain) + "\n", capture_output=True, text=True, check=False
-    )
+    result = run_status([tool], stdin="\n".join(plain) + "\n")
     lines = result.stdout.splitlines()
     if result.returncode != 0 or len(lines) != len(ordered):
         return {name: name for name in ordered}
