@@ -13,7 +13,9 @@ import pytest
 from builders import make_wheel, run_splitter
 from conftest import _download
 
-from splitter.plan.diff import Verdict, diff_plans
+from splitter.plan.diff import Break, Reason, Verdict, diff_plans
+from splitter.plan.diffmeta import Meta, MetadataChange
+from splitter.plan.diffreport import report_lines
 from splitter.plan.make import make_plan
 from splitter.plan.recipe import load_recipe
 
@@ -226,8 +228,12 @@ def test_each_kind_of_change(tmp_path: Path) -> None:
         ("executorch/exir/moved.py", "executorch/include/moved.py", "executorch-export")
     ]
     assert runtime.verdict is Verdict.INCOMPATIBLE
-    assert any("soname" in r for r in runtime.reasons)
-    assert any("exported symbols removed" in r for r in runtime.reasons)
+    assert [(r.kind, r.subject) for r in runtime.reasons] == [
+        (Break.SONAME, "executorch/lib/libexecutorch.so"),
+        (Break.SYMBOLS, "executorch/lib/libexecutorch.so"),
+        (Break.MOVED_IN, "executorch/include/moved.py"),
+    ]
+    assert runtime.reasons[1].names == ("dropped",)
     export = next(p for p in found.packages if p.name == "executorch-export")
     assert export.removed == () and export.moved == ()  # it moved out: listed where it went
     # an addition alone is compatible
@@ -317,10 +323,16 @@ def test_a_new_cmake_component(tmp_path: Path) -> None:
     )
     grown = diff_plans(make_plan(without, recipe), make_plan(with_extra, recipe))
     runtime = next(p for p in grown.packages if p.name == "executorch-runtime")
-    assert "CMake component extra: added" in runtime.metadata
+    assert runtime.metadata == (MetadataChange(kind=Meta.COMPONENT_ADDED, subject="extra"),)
+    assert "  * CMake component extra: added" in report_lines(grown)
     assert runtime.added == ("executorch/lib/libexecutorch_extra.so",)
     assert runtime.verdict is Verdict.COMPATIBLE, runtime.reasons
     shrunk = diff_plans(make_plan(with_extra, recipe), make_plan(without, recipe))
     runtime = next(p for p in shrunk.packages if p.name == "executorch-runtime")
     assert runtime.verdict is Verdict.INCOMPATIBLE
-    assert "CMake component extra: removed" in runtime.reasons
+    removal = MetadataChange(kind=Meta.COMPONENT_REMOVED, subject="extra")
+    assert runtime.reasons == (
+        Reason(kind=Break.REMOVED, subject="executorch/lib/libexecutorch_extra.so"),
+        Reason(kind=Break.METADATA, subject="extra", metadata=removal),
+    )
+    assert "  incompatible: CMake component extra: removed" in report_lines(shrunk)

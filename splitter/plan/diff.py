@@ -1,5 +1,5 @@
-"""`splitter diff OLD NEW`: what changed between two splits, package by package, for the
-packager's next upstream release.
+"""The comparison behind `splitter diff OLD NEW`: what changed between two splits, package by
+package, as typed records (the report's words are splitter.plan.diffreport's).
 
 Both wheels are planned with the same recipe; each package of either split is compared:
 - files: added, removed, changed (their content), and moved (the same content at a new path,
@@ -9,12 +9,13 @@ Both wheels are planned with the same recipe; each package of either split is co
   compared under the new version's name.
 - binaries (changed, or kept with other facts): soname, NEEDED, RUNPATH, exported dynamic
   symbols (read from both wheels again, verified), ExecuTorch kernel registrations, torch
-  operator schemas;
-- metadata: dependencies between the packages, external requirements, CMake components, and
-  the process-exclusivity verdicts the package is part of.
+  operator schemas (BinaryChange);
+- metadata (MetadataChange): the package itself, dependencies between the packages, external
+  requirements, CMake components, and the process-exclusivity verdicts it is part of.
 Each package gets a verdict: unchanged; compatible (what was built against OLD keeps working
-with NEW: additions only); or incompatible, naming why (a removed library, symbol, kernel or
-CMake component, or a soname change), with what that means for pins.
+with NEW); or incompatible, with a Reason per break: a removed file, a soname change, removed
+exported symbols or kernels, a removed CMake component, or a file moved in from another
+package (whose old version conflicts with the new one).
 """
 
 from __future__ import annotations
@@ -27,15 +28,15 @@ from enum import StrEnum
 from splitter.binaries.detect import exported_symbols
 from splitter.errors import UsageError
 from splitter.input.payload import Payload
-from splitter.model import BinaryInfo, PackagePlan, Plan
-from splitter.model import Verdict as Exclusive
+from splitter.model import BinaryInfo, Plan
+from splitter.plan.diffmeta import MetadataChange, diff_metadata
 
 
 class Verdict(StrEnum):
     """What a package's changes mean for what was built against the old one."""
 
     UNCHANGED = "unchanged"
-    COMPATIBLE = "compatible"  # additions only: what was built against OLD works with NEW
+    COMPATIBLE = "compatible"  # what was built against OLD works with NEW
     INCOMPATIBLE = "incompatible"
 
 
@@ -83,6 +84,29 @@ class BinaryChange:
         )
 
 
+class Break(StrEnum):
+    """Why a package is incompatible: one kind per way a change breaks its users."""
+
+    REMOVED = "removed"  # a file
+    SONAME = "soname"  # a library's soname changed
+    SYMBOLS = "symbols"  # exported symbols removed
+    KERNELS = "kernels"  # kernel registrations removed
+    METADATA = "metadata"  # a metadata change that is not compatible
+    MOVED_IN = "moved in"  # a file from another package, whose old version conflicts with it
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reason:
+    """One incompatibility of a package."""
+
+    kind: Break
+    subject: str  # the file's path; METADATA: the change's subject
+    was: str = ""  # SONAME: the old soname; MOVED_IN: the package the file was in
+    now: str = ""  # SONAME: the new soname
+    names: tuple[str, ...] = ()  # SYMBOLS, KERNELS: the ones removed
+    metadata: MetadataChange | None = None  # METADATA: the change
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PackageDiff:
     """One package's changes from the old split to the new."""
@@ -93,9 +117,9 @@ class PackageDiff:
     changed: tuple[str, ...] = ()
     moved: tuple[Moved, ...] = ()
     binaries: tuple[BinaryChange, ...] = ()
-    metadata: tuple[str, ...] = ()  # one readable line each
+    metadata: tuple[MetadataChange, ...] = ()
     verdict: Verdict = Verdict.UNCHANGED
-    reasons: tuple[str, ...] = ()  # why incompatible
+    reasons: tuple[Reason, ...] = ()  # why incompatible
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,6 +134,17 @@ class SplitDiff:
     def changed(self) -> bool:
         """Whether anything differs."""
         return any(p.verdict is not Verdict.UNCHANGED for p in self.packages)
+
+
+@dataclass(slots=True)
+class _Found:
+    """One package's changes while the files are compared."""
+
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    moved: list[Moved] = field(default_factory=list)
+    binaries: list[BinaryChange] = field(default_factory=list)
 
 
 def diff_plans(old: Plan, new: Plan) -> SplitDiff:
@@ -128,9 +163,7 @@ def diff_plans(old: Plan, new: Plan) -> SplitDiff:
         gone_by_sha[before[path][1]].append(path)
 
     names = [p.name for p in old.packages] + [p.name for p in new.packages]
-    found: dict[str, dict[str, list[object]]] = {
-        name: defaultdict(list) for name in dict.fromkeys(names)
-    }
+    found = {name: _Found() for name in dict.fromkeys(names)}
     moved_away: set[str] = set()
     for path in sorted(set(after) - set(before)):
         package, sha = after[path]
@@ -138,33 +171,31 @@ def diff_plans(old: Plan, new: Plan) -> SplitDiff:
         if sources:
             source = sources.pop(0)
             moved_away.add(source)
-            found[package]["moved"].append(
-                Moved(old=source, new=path, old_package=before[source][0])
-            )
+            found[package].moved.append(Moved(old=source, new=path, old_package=before[source][0]))
         else:
-            found[package]["added"].append(path)
+            found[package].added.append(path)
     for path in sorted(set(before) - set(after) - moved_away):
-        found[before[path][0]]["removed"].append(path)
+        found[before[path][0]].removed.append(path)
     changed_binaries: list[tuple[str, BinaryInfo, BinaryInfo]] = []
     for path in sorted(set(before) & set(after)):
         (was, old_sha), (now, new_sha) = before[path], after[path]
         if was != now:
-            found[now]["moved"].append(Moved(old=path, new=path, old_package=was))
+            found[now].moved.append(Moved(old=path, new=path, old_package=was))
         mine, theirs = old_binaries.get(path), new_binaries.get(path)
         if old_sha == new_sha:
             continue
         if mine is not None and theirs is not None:
             if mine.unstamped_sha256 != theirs.unstamped_sha256:
-                found[now]["changed"].append(path)
+                found[now].changed.append(path)
             changed_binaries.append((path, mine, theirs))
         else:
-            found[now]["changed"].append(path)
+            found[now].changed.append(path)
     for path, change in _binary_changes(old, new, changed_binaries):
-        found[after[path][0]]["binaries"].append(change)
+        found[after[path][0]].binaries.append(change)
     packages = []
     for name, lists in found.items():
-        metadata = _metadata(_package(old, name), _package(new, name), old, new)
-        packages.append(_verdict(name, lists, metadata))
+        metadata = diff_metadata(name, old, new)
+        packages.append(_judged(name, lists, metadata))
     return SplitDiff(old=old.wheel.filename, new=new.wheel.filename, packages=tuple(packages))
 
 
@@ -175,10 +206,6 @@ def _files(plan: Plan, normal: Callable[[str], str]) -> dict[str, tuple[str, str
         for path, owner in plan.owners.items()
         if path in digests
     }
-
-
-def _package(plan: Plan, name: str) -> PackagePlan | None:
-    return next((p for p in plan.packages if p.name == name), None)
 
 
 def _binary_changes(
@@ -216,100 +243,44 @@ def _added(before: Iterable[str], after: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(set(after) - set(before)))
 
 
-def _metadata(
-    mine: PackagePlan | None, theirs: PackagePlan | None, old: Plan, new: Plan
-) -> tuple[str, ...]:
-    if mine is None or theirs is None:
-        return ("the package is new" if mine is None else "the package is gone",)
-    lines = []
-    for label, before, after in (
-        ("depends on", {d.name for d in mine.depends}, {d.name for d in theirs.depends}),
-        ("CMake component", set(mine.cmake_components), set(theirs.cmake_components)),
-    ):
-        lines += [f"{label} {x}: added" for x in sorted(after - before)]
-        lines += [f"{label} {x}: removed" for x in sorted(before - after)]
-    # external requirements by name: pip's requirement and its conda mapping
-    was = {d.name: (d.pip, d.conda) for d in mine.externals}
-    now = {d.name: (d.pip, d.conda) for d in theirs.externals}
-    for name in sorted(set(was) | set(now)):
-        if name not in was:
-            lines.append(f"requires {now[name][0]} (conda {now[name][1]}): added")
-        elif name not in now:
-            lines.append(f"requires {was[name][0]} (conda {was[name][1]}): removed")
-        elif was[name] != now[name]:
-            lines.append(
-                f"requires {name}: {was[name][0]} (conda {was[name][1]}) -> "
-                f"{now[name][0]} (conda {now[name][1]})"
-            )
-    verdicts = {_pair(v): v for v in old.exclusive if mine.name in _owners(v)}
-    current = {_pair(v): v for v in new.exclusive if theirs.name in _owners(v)}
-    for pair in sorted(set(verdicts) | set(current)):
-        before_verdict, after_verdict = verdicts.get(pair), current.get(pair)
-        before_effect = None if before_verdict is None else before_verdict.in_effect
-        after_effect = None if after_verdict is None else after_verdict.in_effect
-        if before_effect != after_effect:
-            lines.append(
-                f"process-exclusive {pair}: {_effect(before_effect)} -> {_effect(after_effect)}"
-            )
-        elif (
-            before_verdict is not None
-            and after_verdict is not None
-            and before_verdict.evidence != after_verdict.evidence
-        ):
-            lines.append(f"process-exclusive {pair}: {_effect(after_effect)}, evidence changed")
-    return tuple(lines)
-
-
-def _pair(verdict: Exclusive) -> str:
-    names = (verdict.first.rsplit("/", 1)[-1], verdict.second.rsplit("/", 1)[-1])
-    return " + ".join(sorted(names))
-
-
-def _owners(verdict: Exclusive) -> tuple[str, str]:
-    return verdict.first_package, verdict.second_package
-
-
-def _effect(in_effect: bool | None) -> str:
-    return "absent" if in_effect is None else ("in effect" if in_effect else "not in effect")
-
-
-def _verdict(
-    name: str,
-    lists: dict[str, list[object]],
-    metadata: tuple[str, ...],
-) -> PackageDiff:
-    added = tuple(str(x) for x in lists["added"])
-    removed = tuple(str(x) for x in lists["removed"])
-    changed = tuple(str(x) for x in lists["changed"])
-    moved = tuple(x for x in lists["moved"] if isinstance(x, Moved))
-    binaries = tuple(x for x in lists["binaries"] if isinstance(x, BinaryChange))
-    reasons = [f"{p} removed" for p in removed]
-    for change in binaries:
+def _judged(name: str, found: _Found, metadata: tuple[MetadataChange, ...]) -> PackageDiff:
+    """The package's changes with its verdict, decided from the records' fields."""
+    reasons = [Reason(kind=Break.REMOVED, subject=p) for p in found.removed]
+    for change in found.binaries:
         if change.soname is not None:
-            reasons.append(f"{change.path}: soname {change.soname[0]} -> {change.soname[1]}")
+            was, now = change.soname
+            reasons.append(Reason(kind=Break.SONAME, subject=change.path, was=was, now=now))
         if change.symbols_removed:
-            count = len(change.symbols_removed)
-            reasons.append(f"{change.path}: {count} exported symbols removed")
+            reasons.append(
+                Reason(kind=Break.SYMBOLS, subject=change.path, names=change.symbols_removed)
+            )
         if change.kernels_removed:
-            reasons.append(f"{change.path}: kernels removed: {', '.join(change.kernels_removed)}")
-    reasons += [line for line in metadata if line.startswith("CMake component")]
-    reasons = [r for r in reasons if not r.endswith(": added")]
+            reasons.append(
+                Reason(kind=Break.KERNELS, subject=change.path, names=change.kernels_removed)
+            )
     reasons += [
-        f"{m.new}: moved here from {m.old_package} (the old {m.old_package} conflicts with it)"
-        for m in moved
+        Reason(kind=Break.METADATA, subject=m.subject, metadata=m)
+        for m in metadata
+        if not m.compatible
+    ]
+    reasons += [
+        Reason(kind=Break.MOVED_IN, subject=m.new, was=m.old_package)
+        for m in found.moved
         if m.old_package != name
     ]
-    anything = added or removed or changed or moved or binaries or metadata
+    anything = (
+        found.added or found.removed or found.changed or found.moved or found.binaries or metadata
+    )
     verdict = (
         Verdict.INCOMPATIBLE if reasons else Verdict.COMPATIBLE if anything else Verdict.UNCHANGED
     )
     return PackageDiff(
         name=name,
-        added=added,
-        removed=removed,
-        changed=changed,
-        moved=moved,
-        binaries=binaries,
+        added=tuple(found.added),
+        removed=tuple(found.removed),
+        changed=tuple(found.changed),
+        moved=tuple(found.moved),
+        binaries=tuple(found.binaries),
         metadata=metadata,
         verdict=verdict,
         reasons=tuple(reasons),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 from splitter.binaries.elf import has_debug_info
@@ -11,6 +12,15 @@ from splitter.input.payload import Payload
 from splitter.model import Plan
 from splitter.plan.diff import SplitDiff
 from splitter.tools import need_tool, run_status
+
+
+class AbiFinding(StrEnum):
+    """What abidiff found on one library."""
+
+    FAILED = "failed"  # its own error (status bits 1, 2)
+    INCOMPATIBLE = "incompatible"  # an incompatible ABI change (8)
+    CHANGED = "changed"  # an ABI change (4)
+    NONE = "none"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -24,23 +34,13 @@ class AbiReport:
     debug_info: bool
 
     @property
-    def summary(self) -> str:
-        """One line: what abidiff found, and what it could not see."""
-        found = (
-            "abidiff failed"
-            if self.status & 3
-            else "incompatible ABI change"
-            if self.status & 8
-            else "ABI change"
-            if self.status & 4
-            else "no ABI change"
-        )
-        if not self.debug_info:
-            found += (
-                " (no debug info in the libraries: abidiff compared their symbols only, "
-                "not type layouts)"
-            )
-        return found
+    def finding(self) -> AbiFinding:
+        """What abidiff's status bits say."""
+        if self.status & 3:
+            return AbiFinding.FAILED
+        if self.status & 8:
+            return AbiFinding.INCOMPATIBLE
+        return AbiFinding.CHANGED if self.status & 4 else AbiFinding.NONE
 
 
 def abi_reports(old: Plan, new: Plan, found: SplitDiff) -> list[AbiReport]:
