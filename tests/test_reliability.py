@@ -513,7 +513,7 @@ def test_sigkill_at_every_publishing_step(
 
 FAIL_INDEX = """
 import sys
-import splitter.targets.conda.build as conda
+import splitter.targets.conda.pipeline as conda
 from splitter.cli.app import main
 from splitter.errors import ExternalToolError
 
@@ -555,7 +555,7 @@ import sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 import os
 import dying
-import splitter.targets.conda.build as conda
+import splitter.targets.conda.pipeline as conda
 from splitter.cli.app import main
 
 conda.assemble = dying.killed  # what the workers are sent, by reference

@@ -1,0 +1,72 @@
+"""How `--target conda` packages: the builder's options (the CLI's, checked there), and a
+plan's packages staged by them as a conda prefix, for the assembled channel and the recipe
+backends alike."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from splitter.model import CondaBackend, Limits, Plan, Rpath, Target
+from splitter.plan.layout import Layout, default_sitedir
+from splitter.targets.conda.assemble import PLACEHOLDER, release_freed_memory
+from splitter.targets.stage import Progress, Reusable, Staged, stage
+
+DEFAULT_LEVEL = 9
+# Default worker processes packing at once: two keep both cores busy beside the build's
+# planning and staging; one is slower and leaner (docs/performance.md).
+WORKERS = 2
+
+
+def conda_layout(plan: Plan) -> Layout:
+    """The layout inside a conda prefix ($PREFIX/lib, include, lib/pythonX.Y/site-packages)."""
+    return Layout(
+        prefix="", sitedir=default_sitedir(plan.wheel), interpreter=f"{PLACEHOLDER}/bin/python"
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CondaOptions:
+    """How `--target conda` packages (the CLI's options, checked there)."""
+
+    compression_level: int = DEFAULT_LEVEL
+    threads: int = 2  # zstd threads of a single wheel's largest package
+    backend: CondaBackend = CondaBackend.ASSEMBLE
+    guard: bool = False
+    jobs: int = WORKERS  # worker processes packing at once
+
+    @property
+    def limits(self) -> Limits:
+        """Every platform; a release by the assemble backend only (a recipe backend builds
+        the recipe of one wheel)."""
+        release = self.backend == CondaBackend.ASSEMBLE
+        return Limits(
+            target=Target.CONDA,
+            release=release,
+            why_not_release=""
+            if release
+            else (
+                f"a release is packaged with --backend assemble, not {self.backend}: its "
+                "rattler-build recipe (a variant per Python) is written under "
+                "OUT/recipes/<subdir>/ for a rebuild"
+            ),
+        )
+
+
+def _stage(
+    plan: Plan,
+    work: Path,
+    options: CondaOptions,
+    progress: Progress | None,
+    only: frozenset[str] | None = None,
+    reuse: Reusable | None = None,
+) -> Staged:
+    """Stage the plan's packages (or `only` those) under work/stage/<package> as a conda
+    prefix, pointing at `reuse`'s copies of the files it has (see stage)."""
+    root = work / "stage"
+    layout = conda_layout(plan)
+    staged = stage(
+        plan, layout, root.joinpath, Rpath.RELATIVE, progress, options.guard, only, reuse=reuse
+    )
+    release_freed_memory()  # staging's buffers, before the packages are compressed
+    return staged
