@@ -294,7 +294,11 @@ class Verdict:
     declared: bool
     in_effect: bool
     operators: tuple[str, ...]
-    evidence: tuple[str, ...]
+    # the operators each file registers in static tables; None when unknown (it registers
+    # from initializer code): what a decision reads, never the evidence sentences
+    first_operators: int | None
+    second_operators: int | None
+    evidence: tuple[str, ...]  # for people
 
     @property
     def state(self) -> str:

@@ -63,11 +63,7 @@ def _with_unseen(verdict: Verdict, unseen: tuple[str, ...]) -> Verdict:
     code, whose operators no static reading can compare (unknown, not zero)."""
     if not unseen:
         return verdict
-    evidence = [
-        f"{path} registers ExecuTorch kernels from initializer code: its operators cannot be "
-        "counted statically, so a collision with it is neither shown nor ruled out"
-        for path in unseen
-    ]
+    evidence = [unseen_text(path) for path in unseen]
     return replace(verdict, evidence=(*verdict.evidence, *evidence))
 
 
@@ -79,30 +75,22 @@ def _verdict(
     declared: bool,
 ) -> Verdict:
     common = tuple(sorted(set(first.et_operators) & set(second.et_operators)))
-    evidence = [
-        f"{first.path} registers {_count(first)} ExecuTorch kernels"
-        + (f" ({first.registry} registry)" if first.registry else " (no registry use)"),
-        f"{second.path} registers {_count(second)} ExecuTorch kernels"
-        + (f" ({second.registry} registry)" if second.registry else " (no registry use)"),
-    ]
+    evidence = [registers_text(first), registers_text(second)]
     first_loads = second.path in closure[first.path]
     second_loads = first.path in closure[second.path]
     if first_loads:
-        evidence.append(f"{first.path} NEEDS {second.provides}: both share one copy")
+        evidence.append(needs_text(first, second))
     if second_loads:
-        evidence.append(f"{second.path} NEEDS {first.provides}: both share one copy")
+        evidence.append(needs_text(second, first))
     if common and (first_loads or second_loads):
         raise ExclusivityError(
             f"{first.path} and {second.path} both register {common[0]} and one loads the other, "
             "so loading either aborts the process; the wheel itself is broken"
         )
     if common:
-        evidence.append(
-            f"both register {len(common)} operators into an ExecuTorch registry and neither "
-            f"loads the other: one process holding both aborts with 'Re-registering {common[0]}'"
-        )
+        evidence.append(collision_text(common))
     elif not (first_loads or second_loads):
-        evidence.append("they register no operator in common")
+        evidence.append(no_common_text())
     return Verdict(
         first=first.path,
         first_package=owners[first.path][0],
@@ -111,6 +99,8 @@ def _verdict(
         declared=declared,
         in_effect=bool(common),
         operators=common,
+        first_operators=operator_count(first),
+        second_operators=operator_count(second),
         evidence=tuple(evidence),
     )
 
@@ -128,8 +118,46 @@ def check_verdicts_against_depends(
             )
 
 
-def _count(binary: BinaryInfo) -> str:
-    """How many operators a file registers, or that the number is unknown."""
-    if binary.operators_known:
-        return str(len(binary.et_operators))
-    return f"an unknown number of (at least {len(binary.et_operators)})"
+def operator_count(binary: BinaryInfo) -> int | None:
+    """How many operators a file registers in static tables; None when it also registers
+    from initializer code (unknown, not zero)."""
+    return len(binary.et_operators) if binary.operators_known else None
+
+
+# The evidence, for people: every decision reads the verdict's fields, never these sentences.
+
+
+def registers_text(binary: BinaryInfo) -> str:
+    """What a file of a pair registers, and into which registry."""
+    count = operator_count(binary)
+    number = (
+        f"an unknown number of (at least {len(binary.et_operators)})" if count is None else count
+    )
+    registry = f"{binary.registry} registry" if binary.registry else "no registry use"
+    return f"{binary.path} registers {number} ExecuTorch kernels ({registry})"
+
+
+def needs_text(binary: BinaryInfo, needed: BinaryInfo) -> str:
+    """That one file of a pair loads the other."""
+    return f"{binary.path} NEEDS {needed.provides}: both share one copy"
+
+
+def collision_text(common: tuple[str, ...]) -> str:
+    """That the pair registers the same operators and neither loads the other."""
+    return (
+        f"both register {len(common)} operators into an ExecuTorch registry and neither "
+        f"loads the other: one process holding both aborts with 'Re-registering {common[0]}'"
+    )
+
+
+def no_common_text() -> str:
+    """That the pair registers no operator in common."""
+    return "they register no operator in common"
+
+
+def unseen_text(path: str) -> str:
+    """That a file's operators cannot be counted statically."""
+    return (
+        f"{path} registers ExecuTorch kernels from initializer code: its operators cannot be "
+        "counted statically, so a collision with it is neither shown nor ruled out"
+    )

@@ -39,9 +39,19 @@ def verdict_json(verdict: Verdict) -> dict[str, Any]:
     """A process-exclusivity verdict in the versioned sidecar schema."""
     return {
         "schema": EXCLUSIVE_SCHEMA,
+        # per file: its path, package, and the operators it registers in static tables (null
+        # when unknown); decisions read these, the evidence is for people
         "files": [
-            {"path": verdict.first, "package": verdict.first_package},
-            {"path": verdict.second, "package": verdict.second_package},
+            {
+                "path": verdict.first,
+                "package": verdict.first_package,
+                "operators": verdict.first_operators,
+            },
+            {
+                "path": verdict.second,
+                "package": verdict.second_package,
+                "operators": verdict.second_operators,
+            },
         ],
         "declared": verdict.declared,
         "in_effect": verdict.in_effect,

@@ -4,7 +4,6 @@ for Darwin without a compiler. Co-loading, the C++ consumer and the model need m
 
 from __future__ import annotations
 
-import re
 import subprocess
 import tempfile
 from pathlib import Path, PurePosixPath
@@ -130,18 +129,17 @@ def together_rows(files: dict[str, Path], recipe: Recipe) -> list[MacRow]:
 
 def _kernel_rows(full: Installed, machos: dict[str, Path]) -> list[MacRow]:
     """Each file of a shipped exclusivity record registers, installed, the kernels the record
-    says the plan counted (the record's evidence: `<path> registers <n> ExecuTorch kernels`)."""
+    says the plan counted (its `operators` field; a file whose count is unknown, null, or a
+    record written before the field existed, has no row)."""
     by_name = {Path(rel).name: path for rel, path in machos.items()}
     rows = []
     for verdict in full.verdicts:
         for entry in verdict["files"]:
             wheel_path = entry["path"]
-            pattern = re.compile(rf"{re.escape(wheel_path)} registers (\d+) ExecuTorch kernels")
-            counted = [m for e in verdict["evidence"] if (m := pattern.match(e))]
+            expected = entry.get("operators")
             installed = by_name.get(Path(wheel_path).name)
-            if not counted or installed is None:
+            if not isinstance(expected, int) or installed is None:
                 continue
-            expected = int(counted[0].group(1))
             info = analyse_macho(wheel_path, installed.read_bytes())
             found = len(info.et_operators)
             rows.append(
