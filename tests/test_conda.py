@@ -29,8 +29,7 @@ from splitter.model import Plan
 from splitter.plan.layout import make_layout
 from splitter.plan.make import make_plan
 from splitter.plan.recipe import load_recipe
-from splitter.targets.conda.build import build_conda
-from splitter.targets.conda.channel import index_channel
+from splitter.targets.conda.build import build_conda, index_channel
 from splitter.targets.tree import build_tree
 from splitter.verify.install import conda_info_file
 
@@ -289,8 +288,8 @@ def test_conda_build_meta_describes_the_same_outputs(channel: Path) -> None:
     support = channel / "recipes" / "conda-build"
     rattler = channel / "recipes" / "rattler-build"
     for name in (RUNTIME, QUANTIZED, EXPORT):
-        assert (support / name / "files.tsv").read_bytes() == (
-            rattler / name / "files.tsv"
+        assert (support / name / "install.list").read_bytes() == (
+            rattler / name / "install.list"
         ).read_bytes()
 
 

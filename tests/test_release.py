@@ -672,7 +672,7 @@ def test_a_wheel_failing_while_the_previous_one_packs_leaves_nothing(
     build stops with the resolver's error, OUT does not exist, and no scratch directory or
     worker process is left."""
     from splitter.errors import BinaryError
-    from splitter.targets import stage as staging
+    from splitter.targets import install as staging
     from splitter.targets.conda.build import CondaOptions, build_conda_release
     from splitter.targets.scratch import SCRATCH_ENV
 

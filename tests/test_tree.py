@@ -20,7 +20,7 @@ from consumer_tools import (
     run_model,
 )
 
-import splitter.targets.stage as stage_module
+import splitter.targets.install as install_module
 from splitter.binaries.elf import analyse_elf
 from splitter.binaries.resolve import find_unresolved
 from splitter.errors import BinaryError, UsageError
@@ -198,14 +198,14 @@ def _allowed() -> set[str]:
 def test_broken_runpath_fails_the_build(
     real_plan: Plan, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    original = stage_module.runpath_for
+    original = install_module.runpath_for
 
     def broken(binary, dest, targets, ext_dirs, externals):  # type: ignore[no-untyped-def]
         if binary.path.endswith("libexecutorch_kernels_quantized.so"):
             return ("$ORIGIN/nowhere",)
         return original(binary, dest, targets, ext_dirs, externals)
 
-    monkeypatch.setattr(stage_module, "runpath_for", broken)
+    monkeypatch.setattr(install_module, "runpath_for", broken)
     out = tmp_path / "out"
     with pytest.raises(
         BinaryError, match=r"lib/libexecutorch_kernels_quantized\.so NEEDS libexecutorch\.so"

@@ -1,6 +1,7 @@
 """`--target wheel`: three pip-installable wheels that keep upstream's `executorch/` layout.
 
-Nothing moves, so the `$ORIGIN`-relative RUNPATHs stay valid and no binary is touched. The
+Nothing moves, so the `$ORIGIN`-relative RUNPATHs stay valid and no binary is touched: the
+files of each wheel are its install plan's (splitter.targets.install.wheel_install_plan). The
 runtime and quantized wheels hold no Python code and no CPython extension: they are tagged
 `py3-none-<platform>`. The export wheel keeps the input's tag, Requires-Dist, extras and
 console scripts.
@@ -23,24 +24,14 @@ from splitter.input.payload import Payload
 from splitter.input.wheel import record_hash
 from splitter.manifest import Artifact
 from splitter.model import PackagePlan, Plan, Target
-from splitter.plan.layout import UPSTREAM_CMAKE
 from splitter.plan.release import PlatformGroup, ReleasePlanning, planned, release_note
 from splitter.plan.report import exclusivity_record
 from splitter.targets.builder import artifact, build_output, single
-from splitter.targets.generated.cmake import CMakeLayout
-from splitter.targets.generated.files import cmake_files, split_from
+from splitter.targets.generated.files import split_from
 from splitter.targets.generated.guard import guard_files
+from splitter.targets.install import NO_GUARD, InstallPlan, wheel_install_plan
 from splitter.targets.stage import Progress
 
-# Upstream installs its config in both places; the core finds the package root relative to it.
-CMAKE_DIRS = {
-    "executorch/share/cmake": CMakeLayout(
-        to_libdir="../../lib", to_includedir="../../include", libdir_from_bindir="../lib"
-    ),
-    "executorch/lib/cmake/executorch": CMakeLayout(
-        to_libdir="../..", to_includedir="../../../include", libdir_from_bindir="../lib"
-    ),
-}
 SIDECAR = "splitter-process-exclusive.json"
 FIELD_NAMES = {
     "metadata-version": "Metadata-Version",
@@ -91,12 +82,12 @@ def _write_packages(
     group: PlatformGroup | None = None,
 ) -> list[Artifact]:
     written = []
-    guarded = guard_files(plan) if guard else ({}, {})
+    install = wheel_install_plan(plan, packages, guard_files(plan) if guard else NO_GUARD)
     with Payload(plan.wheel) as source:
         for index, package in enumerate(packages, start=1):
             if progress is not None:
                 progress(f"wheel {package.name}", index, len(packages))
-            files = package_files(plan, package, source, guarded)
+            files = package_files(install, package, source)
             path = write_wheel(plan, package, files, source, build, group)
             written.append(artifact(path.name, plan, package))
     return written
@@ -113,27 +104,14 @@ def dist_name(package: PackagePlan) -> str:
 
 
 def package_files(
-    plan: Plan,
-    package: PackagePlan,
-    source: Payload,
-    guard: tuple[dict[str, bytes], dict[str, bytes]] = ({}, {}),
+    install: InstallPlan, package: PackagePlan, source: Payload
 ) -> dict[str, tuple[bytes, bool]]:
-    """Archive path -> (bytes, executable) for the package's files, generated config included."""
-    entries = {e.path: e for e in plan.wheel.entries}
-    replaced, added = guard
-    files: dict[str, tuple[bytes, bool]] = {}
-    for path in package.files:
-        if path.startswith(UPSTREAM_CMAKE) or path.startswith(f"{plan.wheel.dist_info}/"):
-            continue
-        executable = entries[path].executable or plan.binary(path) is not None
-        files[path] = (replaced.get(path) or source.read(path), executable)
-    for path, data in added.items():
-        if path.rsplit("/", 1)[0] + "/__init__.py" in files:
-            files[path] = (data, False)
-    for directory, layout in CMAKE_DIRS.items():
-        for path, text in cmake_files(plan, package, directory, layout):
-            files[path] = (text.encode(), False)
-    return files
+    """Archive path -> (bytes, executable) for the package's files in the wheel's install plan
+    (splitter.targets.install.wheel_install_plan), generated config included."""
+    return {
+        f.path: (f.data if f.data is not None else source.read(f.source), f.executable)
+        for f in install.of(package.name)
+    }
 
 
 def description(plan: Plan, package: PackagePlan, group: PlatformGroup | None = None) -> str:

@@ -39,7 +39,6 @@ from splitter.targets.distro.common import (
     external_requirements,
     license_text,
     origin_sentence,
-    rebuild_lists,
     release_epoch,
     stage_under,
 )
@@ -121,7 +120,6 @@ def write_debs(
         stage_roots = {p.name: scratch / "stage" / p.name for p in plan.packages}
         staged = stage_under(plan, layout, stage_roots, progress, guard, cmake_names(plan, distro))
         _unset_library_exec(staged)
-        lists = rebuild_lists(plan, staged)
         cut = distro_packages(plan, staged, distro)
         roots = {d.name: scratch / "pkg" / d.name for d in cut}
         packages = [_move(d, roots[d.name], layout) for d in cut]
@@ -180,7 +178,7 @@ def write_debs(
         with ThreadPoolExecutor(max_workers=WORKERS) as pool:
             built = dict(zip([d.name for d in order], pool.map(pack, order), strict=True))
         written = [(d.package, built[d.name]) for d in packages]
-        source = arch_source(plan, arch, layout, packages, lists)
+        source = arch_source(plan, arch, layout, packages, staged.install)
     finally:
         shutil.rmtree(scratch)
     return written, source

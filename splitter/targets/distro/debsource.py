@@ -1,8 +1,9 @@
 """The Debian source package of a `--target deb` build, which rebuilds the split with
 Debian's tools alone: format 3.0 (quilt), the upstream wheel of each architecture in the
 orig tarball, and debian/ with debhelper rules that unzip the wheel of the architecture being
-built and put each file where the binary packages have it (install-split, with the lists of
-the staging splitter did, and patchelf for the RUNPATHs). `dpkg-source -x` then
+built and put each file where the binary packages have it: install-split replays the install
+plan splitter staged (splitter.targets.replay: the list of each architecture, the generated
+files, patchelf for the RUNPATHs). `dpkg-source -x` then
 `dpkg-buildpackage -b` builds the same packages with the same files, offline, on Launchpad
 or in a clean chroot; dpkg-source itself writes the .dsc and the debian tarball
 (reproducible from SOURCE_DATE_EPOCH, the changelog's date)."""
@@ -25,9 +26,7 @@ from splitter.targets.archive import reproducible_tar_gz
 from splitter.targets.distro import debmeta
 from splitter.targets.distro.common import (
     DEVELOPMENT,
-    INSTALL_SPLIT,
     DistroPackage,
-    RebuildLists,
     across_arches,
     covering_paths,
     distro_of,
@@ -35,6 +34,8 @@ from splitter.targets.distro.common import (
     license_text,
     origin_sentence,
 )
+from splitter.targets.install import InstallFile, InstallPlan
+from splitter.targets.replay import Replay, install_split, render_replay
 from splitter.tools import need_tool, run_tool
 
 FORMAT = "3.0 (quilt)"
@@ -46,33 +47,34 @@ MULTIARCH = "${DEB_HOST_MULTIARCH}"
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ArchSource:
     """What the source package needs of one architecture's build, taken before its staging
-    is removed: the packages and the installed paths each holds, install-split's lists, and
-    the files the build adds (generated files, exclusivity records, lintian overrides)."""
+    is removed: the packages and the installed paths each holds, and install-split's list
+    and generated files (the install plan's, and the exclusivity records and lintian
+    overrides the .debs carry)."""
 
     arch: Arch
     plan: Plan
     packages: tuple[tuple[DistroPackage, tuple[str, ...]], ...]  # package, its root paths
-    lists: RebuildLists
+    replay: Replay
 
 
 def arch_source(
-    plan: Plan, arch: Arch, layout: Layout, packages: list[DistroPackage], lists: RebuildLists
+    plan: Plan, arch: Arch, layout: Layout, packages: list[DistroPackage], install: InstallPlan
 ) -> ArchSource:
-    """The architecture's part of the source package; the .deb's own documentation files
-    (debmeta.package_docs, which read the staged files) join the generated files."""
+    """The architecture's part of the source package: the install plan the .debs were
+    staged from, and the .deb's own documentation files (debmeta.package_docs, which read
+    the staged files) as generated files."""
     prefix = layout.prefix.strip("/")
-    added = list(lists.generated)
+    added = []
     owned = []
     for package in packages:
         paths = [posixpath.join(prefix, f.path) for f in package.files]
         for path, data in debmeta.package_docs(plan, package, arch.deb):
-            added.append((path, data, False))
+            relative = posixpath.relpath(path, prefix)
+            added.append(InstallFile(package=package.package.name, path=relative, data=data))
             paths.append(path)
         owned.append((package, tuple(sorted(paths))))
-    generated = RebuildLists(
-        files=lists.files, runpaths=lists.runpaths, generated=tuple(sorted(added))
-    )
-    return ArchSource(arch=arch, plan=plan, packages=tuple(owned), lists=generated)
+    replay = render_replay([*install.files, *added], prefix)
+    return ArchSource(arch=arch, plan=plan, packages=tuple(owned), replay=replay)
 
 
 def write_source_package(arches: list[ArchSource], build: Path, epoch: int) -> list[str]:
@@ -125,7 +127,7 @@ def _orig_tarball(path: Path, tree: Path, plans: list[Plan], epoch: int) -> None
 
 def _write_debian(debian: Path, arches: list[ArchSource], epoch: int) -> None:
     """debian/: control, rules, changelog, copyright, source/format, the .install,
-    .triggers and symbols files, install-split with each architecture's lists, and the
+    .triggers and symbols files, install-split with each architecture's list, and the
     generated files of each architecture."""
     first = arches[0].plan
     distro = distro_of(first, "deb")
@@ -144,11 +146,10 @@ def _write_debian(debian: Path, arches: list[ArchSource], epoch: int) -> None:
             f"{a.plan.wheel.sha256}  {a.plan.wheel.filename}\n"
             for a in sorted(arches, key=lambda a: a.plan.wheel.filename)
         ),
-        "install-split": INSTALL_SPLIT,
+        "install-split": install_split(),
     }
     for item in arches:
-        files[f"split/{item.arch.deb}.files"] = item.lists.files
-        files[f"split/{item.arch.deb}.runpaths"] = item.lists.runpaths
+        files[f"split/{item.arch.deb}.list"] = item.replay.list
     for name, (package, _) in _packages(arches).items():
         if package.libraries:
             files[f"{name}.triggers"] = debmeta.LDCONFIG_TRIGGER
@@ -166,7 +167,7 @@ def _write_debian(debian: Path, arches: list[ArchSource], epoch: int) -> None:
         path.write_text(text)
         path.chmod(0o755 if relative in executable else 0o644)
     for item in arches:
-        for installed, data, is_executable in item.lists.generated:
+        for installed, data, is_executable in item.replay.generated:
             path = debian / "generated" / item.arch.deb / installed
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
@@ -233,7 +234,7 @@ def _rules(arches: list[ArchSource]) -> str:
 #!/usr/bin/make -f
 # Generated by splitter. Nothing is compiled: the upstream wheel of the architecture being
 # built (checked against debian/wheels.sha256) is unzipped and its files installed where the
-# split packages have them by debian/install-split, with the lists in debian/split/ and the
+# split packages have them by debian/install-split, with the list in debian/split/ and the
 # generated files (CMake config, pkg-config, records) in debian/generated/.
 
 include /usr/share/dpkg/architecture.mk
@@ -251,8 +252,8 @@ override_dh_auto_install:
 \tsha256sum --check --strict debian/wheels.sha256
 \trm -rf debian/wheel
 \tunzip -q $(WHEEL) -d debian/wheel
-\tsh debian/install-split debian/wheel debian/split/$(DEB_HOST_ARCH).files \\
-\t\tdebian/split/$(DEB_HOST_ARCH).runpaths debian/generated/$(DEB_HOST_ARCH) debian/tmp
+\tsh debian/install-split debian/wheel debian/split/$(DEB_HOST_ARCH).list \\
+\t\tdebian/generated/$(DEB_HOST_ARCH) debian/tmp
 
 # upstream's binaries are shipped as built, with no debug information to split off
 override_dh_strip override_dh_dwz override_dh_strip_nondeterminism:

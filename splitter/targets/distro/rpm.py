@@ -4,8 +4,8 @@ from a self-contained spec, and the .src.rpm that rebuilds them.
 Layout: prefix /usr, libdir lib64 (x86_64 and aarch64), Python modules in
 lib64/python3.X/site-packages, no RUNPATH where the libdir is the system's. The spec's
 Source0 is the upstream wheel (one Source per architecture in a release), checked against its
-sha256 in %prep; %install runs install-split (splitter.targets.distro.common) with the lists
-of the staging splitter did and the generated files as further Sources. splitter writes the
+sha256 in %prep; %install runs install-split (splitter.targets.replay) with the install plan
+splitter staged, as its list and the generated files, further Sources. splitter writes the
 .src.rpm (`rpmbuild -bs`) and builds the packages from it (`rpmbuild --rebuild`), as a packager,
 COPR or OBS does. rpm's own
 generators write the ELF Provides/Requires (`libexecutorch.so()(64bit)`); the spec adds the
@@ -37,14 +37,12 @@ from splitter.targets.archive import reproducible_tar_gz
 from splitter.targets.builder import artifact
 from splitter.targets.distro.common import (
     DEVELOPMENT,
-    INSTALL_SPLIT,
     clamp_times,
     cmake_names,
     distro_of,
     distro_packages,
     external_requirements,
     license_text,
-    rebuild_lists,
     record_json,
     stage_under,
 )
@@ -57,6 +55,8 @@ from splitter.targets.distro.rpmspec import (
     spec_arch,
     spec_name,
 )
+from splitter.targets.install import InstallFile
+from splitter.targets.replay import install_split, render_replay
 from splitter.targets.stage import Progress
 from splitter.tools import need_tool, run_tool, tool_path
 
@@ -97,7 +97,7 @@ def write_rpms(
     try:
         sources = scratch / "SOURCES"
         sources.mkdir()
-        (sources / INSTALL_SPLIT_NAME).write_text(INSTALL_SPLIT)
+        (sources / INSTALL_SPLIT_NAME).write_text(install_split())
         arches = [_arch_sources(plan, sources, scratch, progress, guard, epoch) for plan in plans]
         spec = render_spec(arches, distro, INSTALL_SPLIT_NAME)
         specs = build / "SPECS"
@@ -184,7 +184,7 @@ def _arch_sources(
     guard: bool,
     epoch: int,
 ) -> SpecArch:
-    """One architecture's Sources (the wheel, install-split's lists, the generated files
+    """One architecture's Sources (the wheel, install-split's list, the generated files
     with licences and records as a tar) and its part of the spec, from a staging that is
     removed before the next."""
     arch = arch_of(plan, "rpm")
@@ -200,29 +200,36 @@ def _arch_sources(
     try:
         roots = {p.name: trees / p.name for p in plan.packages}
         staged = stage_under(plan, layout, roots, progress, guard, cmake_names(plan, distro))
-        lists = rebuild_lists(plan, staged)
         packages = distro_packages(plan, staged, distro)
         licence = (
             plan.wheel.license_files[0].rsplit("/", 1)[-1] if plan.wheel.license_files else ""
         ) or "LICENSE"
-        added = list(lists.generated)
         text = license_text(plan).encode()
+        # the licence and the exclusivity record of each package (under the prefix, /usr),
+        # which %files takes from the build root: generated files beside the install plan's
+        added = []
         for cut in packages:
-            added.append((f"usr/share/licenses/{cut.name}/{licence}", text, False))
+            name = cut.package.name
+            added.append(
+                InstallFile(package=name, path=f"share/licenses/{cut.name}/{licence}", data=text)
+            )
             if cut.role != DEVELOPMENT:
                 record = record_json(plan, cut.package, cut.name, cut.development)
-                added.append((f"usr/share/doc/{cut.name}/{RECORD}", record.encode(), False))
+                added.append(
+                    InstallFile(
+                        package=name, path=f"share/doc/{cut.name}/{RECORD}", data=record.encode()
+                    )
+                )
+        replay = render_replay([*staged.install.files, *added], layout.prefix.strip("/"))
         project = spec_name(plan)
         names = (
             plan.wheel.filename,
-            f"{project}-{arch.machine}.files",
-            f"{project}-{arch.machine}.runpaths",
+            f"{project}-{arch.machine}.list",
             f"{project}-{arch.machine}-generated.tar.gz",
         )
         shutil.copyfile(plan.wheel.path, sources / names[0])
-        (sources / names[1]).write_text(lists.files)
-        (sources / names[2]).write_text(lists.runpaths)
-        _tar(sources / names[3], added, epoch)
+        (sources / names[1]).write_text(replay.list)
+        _tar(sources / names[2], list(replay.generated), epoch)
         return spec_arch(plan, arch, layout, packages, names, licence)
     finally:
         shutil.rmtree(trees, ignore_errors=True)

@@ -1,9 +1,9 @@
 """The RPM spec of a build (pure text), self-contained: Source0 is the upstream
 wheel (one Source per architecture in a release), checked against its sha256 in %prep; %install
-runs install-split with the lists of the staging splitter did and the generated files as
-further Sources; one binary package per library, development and Python package, rpm's own
-generators for the ELF dependencies. `rpmbuild --rebuild` of the .src.rpm, offline, gives the
-packages splitter builds from it."""
+runs install-split (splitter.targets.replay) with the install plan splitter staged, as a list
+and the generated files, further Sources; one binary package per library, development and
+Python package, rpm's own generators for the ELF dependencies. `rpmbuild --rebuild` of the
+.src.rpm, offline, gives the packages splitter builds from it."""
 
 from __future__ import annotations
 
@@ -107,15 +107,15 @@ RPMLINT_FILTERS = (
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SpecArch:
     """One architecture's part of the spec: its wheel and the Sources install-split reads
-    (by file name), its packages with their installed paths, and the linter facts read from
-    the staged files (which are gone by the time the spec is written)."""
+    (by file name: its list and the generated files' tar), its packages with their installed
+    paths, and the linter facts read from the staged files (which are gone by the time the
+    spec is written)."""
 
     arch: Arch
     plan: Plan
     layout: Layout
     wheel: str  # the Source file names
-    files: str
-    runpaths: str
+    list: str
     generated: str
     licence: str  # the licence's file name in each package's licence directory
     packages: tuple[tuple[DistroPackage, tuple[str, ...]], ...]  # package, its /usr paths
@@ -128,7 +128,7 @@ def spec_arch(
     arch: Arch,
     layout: Layout,
     packages: list[DistroPackage],
-    sources: tuple[str, str, str, str],
+    sources: tuple[str, str, str],
     licence: str,
 ) -> SpecArch:
     """The architecture's part of the spec, read while its staged files exist."""
@@ -138,9 +138,8 @@ def spec_arch(
         plan=plan,
         layout=layout,
         wheel=sources[0],
-        files=sources[1],
-        runpaths=sources[2],
-        generated=sources[3],
+        list=sources[1],
+        generated=sources[2],
         licence=licence,
         packages=tuple((p, tuple(posixpath.join(root, f.path) for f in p.files)) for p in packages),
         bare=frozenset(p.name for p in packages if has_bare_executable(p.files)),
@@ -201,7 +200,7 @@ def render_spec(arches: list[SpecArch], distro: Distro, install_split: str) -> s
         lines.append(f"URL: {first.wheel.home}")
     lines.append(f"ExclusiveArch: {' '.join(machines)}")
     sources = [a.wheel for a in arches] + [install_split]
-    sources += [s for a in arches for s in (a.files, a.runpaths, a.generated)]
+    sources += [s for a in arches for s in (a.list, a.generated)]
     number = {source: index for index, source in enumerate(sources)}
     lines += [f"Source{index}: {source}" for index, source in enumerate(sources)]
     lines += ["BuildRequires: unzip", "BuildRequires: patchelf"]
@@ -230,8 +229,8 @@ def render_spec(arches: list[SpecArch], distro: Distro, install_split: str) -> s
     for item in arches:
         lines += [
             f"%ifarch {item.arch.machine}",
-            f"sh %{{SOURCE{number[install_split]}}} wheel %{{SOURCE{number[item.files]}}} "
-            f"%{{SOURCE{number[item.runpaths]}}} generated %{{buildroot}}",
+            f"sh %{{SOURCE{number[install_split]}}} wheel %{{SOURCE{number[item.list]}}} "
+            "generated %{buildroot}",
             "%endif",
         ]
     lines.append("")
