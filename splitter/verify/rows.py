@@ -33,6 +33,7 @@ EXPECTED: dict[str, str] = {
     Row.MISSING_COMPONENT: "configure fails",
     Row.RELOCATION: "runs after a move",
     Row.MODEL_PYTHON: "identical output",
+    Row.RELEASE: "all",
 }
 CHECKS = tuple(Only)
 # The rows of an output whose programs cannot run here, by --only name.

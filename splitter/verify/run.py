@@ -87,7 +87,7 @@ def verify_release(
         else:
             checks += _verify(environment.source, environment.paths, [found[version]], options)
             continue
-        checks.append(skipped(Row.RELEASE, "all", reason, environment.label))
+        checks.append(skipped(Row.RELEASE, EXPECTED[Row.RELEASE], reason, environment.label))
     return checks
 
 
