@@ -12,7 +12,14 @@ ROOT = Path(splitter.__file__).parent
 
 # Low to high; a module may import its own layer and those below it.
 LAYERS = (
-    ("splitter", "splitter.errors", "splitter.model", "splitter.manifest", "splitter.tools"),
+    (
+        "splitter",
+        "splitter.errors",
+        "splitter.model",
+        "splitter.manifest",
+        "splitter.platforms",
+        "splitter.tools",
+    ),
     ("splitter.binaries",),
     ("splitter.input",),
     ("splitter.plan",),

@@ -24,17 +24,14 @@ from splitter.binaries.stamps import Spans, unstamped_digest
 from splitter.binaries.tables import Image, make_image, table_operators
 from splitter.errors import BinaryError
 from splitter.model import BinaryInfo, Registry
+from splitter.platforms import by_binary_machine, by_elf_machine
 
 ELF_MAGIC = b"\x7fELF"
 REGISTER_KERNELS = b"_ZN10executorch7runtime16register_kernelsENS0_4SpanIKNS0_6KernelEEE"
 TORCH_DEF = b"_ZNR5torch7Library4_def"
 SCHEMA = re.compile(rb"([a-z_][a-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)\([^\x00]*\) -> [^\x00]+\x00")
-# (relative, absolute-with-symbol) relocation types per machine
-RELOC_TYPES = {"EM_X86_64": (8, 1), "EM_AARCH64": (1027, 257)}
 PROGRAM_HEADER = struct.Struct("<IIQQQQQQ")  # Elf64_Phdr, little-endian
 PT_LOAD, PT_DYNAMIC = 1, 2
-# e_machine of the 64-bit little-endian machines the wheels ship, as pyelftools names them
-MACHINES = {62: "EM_X86_64", 183: "EM_AARCH64"}
 DT_NULL, DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME, DT_RPATH, DT_RUNPATH = 0, 1, 5, 10, 14, 15, 29
 
 
@@ -145,7 +142,9 @@ def _linkage(path: str, data: bytes) -> BinaryInfo | None:
     unexpected gives None, and pyelftools reads the file (and names what is wrong)."""
     if data[:6] != b"\x7fELF\x02\x01" or len(data) < 64:
         return None
-    machine = MACHINES.get(struct.unpack_from("<H", data, 18)[0])
+    # the 64-bit little-endian machines the wheels ship, as pyelftools names them
+    platform = by_elf_machine(struct.unpack_from("<H", data, 18)[0])
+    machine = None if platform is None else platform.elf_name
     (phoff,) = struct.unpack_from("<Q", data, 32)
     phentsize, phnum = struct.unpack_from("<HH", data, 54)
     if machine is None or phentsize != PROGRAM_HEADER.size:
@@ -245,7 +244,9 @@ def _image(elf: ELFFile, data: bytes) -> Image:
 
 def _relocations(sections: list[Section], machine: str) -> tuple[dict[int, int], set[int]]:
     """Map offset -> target address for relative relocations, and offsets of symbolic ones."""
-    relative_type, absolute_type = RELOC_TYPES.get(machine, (None, None))
+    platform = by_binary_machine(machine)
+    types = None if platform is None else platform.elf_relocations
+    relative_type, absolute_type = types or (None, None)
     targets: dict[int, int] = {}
     symbolic: set[int] = set()
     for section in sections:

@@ -34,6 +34,7 @@ from splitter.model import CondaBackend, Only, Plan, Rpath, Target
 from splitter.plan.release import Release, ReleasePlanning
 from splitter.plan.report import plan_json, release_json
 from splitter.plan.request import check_build_request, check_plan_request
+from splitter.platforms import subdirs
 from splitter.targets.builder import Builder, build_output
 from splitter.targets.conan import ConanBuilder
 from splitter.targets.conda.build import (
@@ -70,8 +71,8 @@ PlatformOpt = Annotated[
     str | None,
     typer.Option(
         "--platform",
-        help="Fetch the requirement for these platforms: linux-64,linux-aarch64,osx-arm64 or all "
-        "(the two Linux ones).",
+        help=f"Fetch the requirement for these platforms: {','.join(subdirs())} or all "
+        "(every one of them).",
     ),
 ]
 RecipeOpt = Annotated[

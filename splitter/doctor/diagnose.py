@@ -25,11 +25,11 @@ from splitter.binaries.detect import analyse_binary, is_binary
 from splitter.binaries.elf import REGISTER_KERNELS, analyse_elf, is_elf
 from splitter.errors import BinaryError, DoctorError
 from splitter.model import BinaryInfo, Registry
+from splitter.platforms import by_binary_machine
 
 SCHEMA = "splitter.doctor/1"
 # ELF shared objects, and macOS dylibs (a macOS prefix's extension modules end in .so too)
 SHARED_OBJECT = re.compile(r"\.so(\.\d+)*$|\.dylib$")
-MULTIARCH = {"EM_X86_64": "x86_64-linux-gnu", "EM_AARCH64": "aarch64-linux-gnu"}
 
 
 class HazardKind(StrEnum):
@@ -167,7 +167,8 @@ def diagnose_binary(path: Path, search: list[Path] | None = None) -> Diagnosis:
         library_path = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
     else:
         library_path = [str(d) for d in search]
-    triple = MULTIARCH.get(root.machine)
+    platform = by_binary_machine(root.machine)
+    triple = None if platform is None else platform.triplet
     defaults = [f"/lib/{triple}", f"/usr/lib/{triple}"] if triple else []
     defaults += ["/lib64", "/usr/lib64", "/lib", "/usr/lib"]
 

@@ -17,17 +17,34 @@ from packaging.version import Version
 
 from splitter.errors import ExternalToolError, InvalidWheel
 from splitter.model import Recipe
+from splitter.platforms import (
+    MANYLINUX,
+    WHEEL_TAGS,
+    View,
+    by_machine,
+    by_subdir,
+    by_wheel_tag,
+    cpython_tag,
+    subdirs,
+)
 
 CACHE_ENV = "SPLITTER_CACHE"
 
 
-# manylinux machine -> conda subdir
-SUBDIRS = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
+# Views of splitter.platforms for the modules that still read these names: the Linux conda
+# subdir of a machine; the wheel tag fetched for each subdir; every subdir.
+SUBDIRS: View[str] = View(lambda p: (p.machine, p.subdir) if p.family == MANYLINUX else None)
+PLATFORMS = WHEEL_TAGS
+ALL_PLATFORMS = WHEEL_TAGS.keys()
 
 
 def machine_subdir() -> str:
-    """The conda subdir of the machine splitter runs on ("" when splitter builds none for it)."""
-    return SUBDIRS.get(os.uname().machine, "")
+    """The conda subdir of the Linux machine splitter runs on ("" when splitter builds none
+    for it, or on another system)."""
+    if not sys.platform.startswith("linux"):
+        return ""
+    found = by_machine(os.uname().machine, MANYLINUX)
+    return "" if found is None else found.subdir
 
 
 def cache_dir() -> Path:
@@ -37,16 +54,10 @@ def cache_dir() -> Path:
 
 
 # What `--python all` and `--platform all` mean: the CPython versions and platforms whose
-# wheels splitter splits as one release: every platform it splits (the shipped recipe's rules
-# cover manylinux and macosx). deb and rpm are Linux-only: request.py refuses them with `all`
-# before anything is fetched.
+# wheels splitter splits as one release: every platform it splits (splitter.platforms; the
+# shipped recipe's rules cover manylinux and macosx). deb and rpm are Linux-only: request.py
+# refuses them with `all` before anything is fetched.
 ALL_PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
-PLATFORMS = {
-    "linux-64": "manylinux_2_28_x86_64",
-    "linux-aarch64": "manylinux_2_28_aarch64",
-    "osx-arm64": "macosx_14_0_arm64",
-}
-ALL_PLATFORMS = tuple(PLATFORMS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,29 +70,26 @@ class WheelTarget:
     def accepts(self, tag: Tag) -> bool:
         """Whether a wheel tagged `tag` is this target's: its CPython ABI on a manylinux (or
         macosx) tag of its machine."""
-        cp = "cp" + self.python.replace(".", "")
-        family, machine = (
-            PLATFORMS[self.subdir].split("_")[0],
-            PLATFORMS[self.subdir].split("_", 3)[-1],
-        )
+        cp = cpython_tag(self.python)
+        platform = by_wheel_tag(tag.platform)
         return (
             tag.interpreter == cp
             and tag.abi == cp
-            and tag.platform.startswith(family)
-            and tag.platform.endswith("_" + machine)
+            and platform is not None
+            and platform.subdir == self.subdir
         )
 
     def pip_options(self) -> tuple[str, ...]:
         """pip download's options that select this target's wheel."""
-        cp = "cp" + self.python.replace(".", "")
-        platform = ("--platform", PLATFORMS[self.subdir])
+        cp = cpython_tag(self.python)
+        platform = ("--platform", WHEEL_TAGS[self.subdir])
         return (*platform, "--python-version", self.python, "--implementation", "cp", "--abi", cp)
 
 
 def wheel_targets(pythons: str, platforms: str) -> list[WheelTarget]:
     """The targets `--python 3.10,3.12|all` and `--platform linux-64,...|all` name."""
     chosen_pythons = ALL_PYTHONS if pythons == "all" else tuple(pythons.split(","))
-    chosen_platforms = ALL_PLATFORMS if platforms == "all" else tuple(platforms.split(","))
+    chosen_platforms = subdirs() if platforms == "all" else tuple(platforms.split(","))
     for python in chosen_pythons:
         if python not in ALL_PYTHONS:
             raise InvalidWheel(
@@ -89,10 +97,10 @@ def wheel_targets(pythons: str, platforms: str) -> list[WheelTarget]:
                 f"use {', '.join(ALL_PYTHONS)} or all"
             )
     for platform in chosen_platforms:
-        if platform not in PLATFORMS:
+        if by_subdir(platform) is None:
             raise InvalidWheel(
                 f"--platform names a platform splitter cannot split yet: {platform}; "
-                f"use {', '.join(PLATFORMS)} or all"
+                f"use {', '.join(subdirs())} or all"
             )
     return [WheelTarget(p, s) for s in chosen_platforms for p in chosen_pythons]
 

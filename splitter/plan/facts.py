@@ -6,28 +6,44 @@ conda's names."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 
 from splitter.errors import RecipeError, UnsupportedWheel, UsageError
-from splitter.input.fetch import SUBDIRS
 from splitter.model import Plan, Platform, Recipe, WheelInfo
+from splitter.platforms import (
+    MACOSX,
+    SupportedPlatform,
+    View,
+    by_wheel_tag,
+    cpython_of,
+    supported,
+)
 
-# macOS machine -> conda subdir (upstream ships no macOS x86_64 wheel)
-MACOS_SUBDIRS = {"arm64": "osx-arm64"}
 MACOS_TAG = re.compile(r"macosx_(\d+)_(\d+)_(\w+)")
 LEGACY_GLIBC = {"manylinux2014": "2.17", "manylinux2010": "2.12", "manylinux1": "2.5"}
+
+# Views of splitter.platforms for the modules that still read these names: the macOS conda
+# subdir of a machine; the Linux architecture of a machine (one with a Debian name), as the
+# deb and rpm targets call the platform record.
+MACOS_SUBDIRS: View[str] = View(lambda p: (p.machine, p.subdir) if p.family == MACOSX else None)
+Arch = SupportedPlatform
+ARCHES: View[SupportedPlatform] = View(lambda p: (p.machine, p) if p.deb else None)
 
 
 def subdir_of_tag(tag: str) -> str:
     """The conda subdir of a wheel platform tag ("" when splitter builds for none)."""
-    macos = MACOS_TAG.fullmatch(tag)
-    if macos is not None:
-        return MACOS_SUBDIRS.get(macos.group(3), "")
-    machine = next((m for m in SUBDIRS if tag.startswith("manylinux") and tag.endswith(m)), "")
-    return SUBDIRS.get(machine, "")
+    found = _platform_of_tag(tag)
+    return "" if found is None else found.subdir
+
+
+def _platform_of_tag(tag: str) -> SupportedPlatform | None:
+    """The supported platform of a wheel platform tag; a macosx tag names its version too."""
+    found = by_wheel_tag(tag)
+    if found is not None and found.family == MACOSX and MACOS_TAG.fullmatch(tag) is None:
+        return None
+    return found
 
 
 def decide_platform(wheel: WheelInfo) -> Platform:
@@ -37,21 +53,21 @@ def decide_platform(wheel: WheelInfo) -> Platform:
 
 def platform_of(python: str, tag: str) -> Platform:
     """The platform of a python tag (cp312) and a platform tag; see decide_platform."""
+    found = _platform_of_tag(tag)
+    if found is None:
+        raise UnsupportedWheel(f"no conda subdir for platform tag (only {_known_tags()}): {tag}")
+    version = cpython_of(python)
+    if version is None:
+        raise UnsupportedWheel(f"not a CPython wheel (splitter splits CPython's): {python}")
     macos = MACOS_TAG.fullmatch(tag)
-    if macos is not None and macos.group(3) in MACOS_SUBDIRS:
+    if macos is not None:
         return Platform(
             tag=tag,
-            machine=macos.group(3),
-            conda_subdir=MACOS_SUBDIRS[macos.group(3)],
+            machine=found.machine,
+            conda_subdir=found.subdir,
             glibc="",
-            python=(int(python[2]), int(python[3:])),
+            python=version,
             macos=f"{macos.group(1)}.{macos.group(2)}",
-        )
-    machine = next((m for m in SUBDIRS if tag.startswith("manylinux") and tag.endswith(m)), None)
-    if machine is None:
-        raise UnsupportedWheel(
-            f"no conda subdir for platform tag (only manylinux x86_64/aarch64 and "
-            f"macosx arm64): {tag}"
         )
     match = re.match(r"manylinux_(\d+)_(\d+)_", tag)
     glibc = (
@@ -60,12 +76,21 @@ def platform_of(python: str, tag: str) -> Platform:
         else next((v for k, v in LEGACY_GLIBC.items() if tag.startswith(k)), "2.17")
     )
     return Platform(
-        tag=tag,
-        machine=machine,
-        conda_subdir=SUBDIRS[machine],
-        glibc=glibc,
-        python=(int(python[2]), int(python[3:])),
+        tag=tag, machine=found.machine, conda_subdir=found.subdir, glibc=glibc, python=version
     )
+
+
+def _known_tags() -> str:
+    """The platform tags splitter splits, by family: manylinux x86_64/aarch64 and macosx arm64."""
+    machines: dict[str, list[str]] = {}
+    for platform in supported():
+        machines.setdefault(platform.family, []).append(platform.machine)
+    return spoken([f"{family} {'/'.join(names)}" for family, names in machines.items()])
+
+
+def spoken(words: list[str]) -> str:
+    """Words as a sentence lists them: a, b and c."""
+    return " and ".join(filter(None, (", ".join(words[:-1]), *words[-1:])))
 
 
 def conda_spec(requirement: Requirement, conda_name: str) -> str:
@@ -119,33 +144,25 @@ def conda_requirements(wheel: WheelInfo, recipe: Recipe, platform: Platform) -> 
     return tuple(sorted(specs))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Arch:
-    """One Linux architecture as each distribution spells it."""
-
-    machine: str  # x86_64, aarch64 (the plan's platform.machine)
-    deb: str  # amd64, arm64
-    triplet: str  # Debian's multiarch triplet: the libdir is lib/<triplet>
-
-
-ARCHES = {
-    "x86_64": Arch(machine="x86_64", deb="amd64", triplet="x86_64-linux-gnu"),
-    "aarch64": Arch(machine="aarch64", deb="arm64", triplet="aarch64-linux-gnu"),
-}
-
-
-def arch_of(plan: Plan, target: str) -> Arch:
-    """The architecture of the plan's wheel; other platforms have no deb or rpm."""
-    arch = ARCHES.get(plan.platform.machine)
-    if arch is None or not plan.platform.tag.startswith("manylinux"):
+def arch_of(plan: Plan, target: str) -> SupportedPlatform:
+    """The platform of the plan's wheel, which has a `target` (deb, rpm) architecture; other
+    platforms have no deb or rpm."""
+    found = _platform_of_tag(plan.platform.tag)
+    if found is None or not _distro_arch(found, target):
         raise linux_only(target, plan.platform.tag, plan.wheel.filename)
-    return arch
+    return found
+
+
+def _distro_arch(platform: SupportedPlatform, target: str) -> str:
+    """The platform's architecture in the `target` (deb, rpm) distribution; "" for none."""
+    return platform.deb if target == "deb" else platform.rpm
 
 
 def linux_only(target: str, tag: str, wheel: str) -> UsageError:
     """The refusal of a deb or rpm for a wheel of a platform that has none."""
+    machines = spoken([p.machine for p in supported() if _distro_arch(p, target)])
     return UsageError(
-        f"--target {target} packages Linux x86_64 and aarch64 wheels only "
+        f"--target {target} packages Linux {machines} wheels only "
         f"(the wheel's platform is {tag}): {wheel}\n"
         f"give a manylinux wheel, or use --target wheel or conda for this platform"
     )

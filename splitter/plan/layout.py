@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from splitter.errors import RecipeError, UsageError
 from splitter.model import Recipe, WheelInfo
+from splitter.platforms import cpython_version, supported
 
 LIB = "executorch/lib/"
 INCLUDE = "executorch/include/"
@@ -47,10 +48,8 @@ class Layout:
 
 def default_sitedir(wheel: WheelInfo) -> str:
     """`lib/pythonX.Y/site-packages` for the wheel's CPython tag (cp311 -> 3.11)."""
-    tag = wheel.python_tag
-    if not tag.startswith("cp") or len(tag) < 4:
-        return "lib/python3/site-packages"
-    return f"lib/python{tag[2]}.{tag[3:]}/site-packages"
+    version = cpython_version(wheel.python_tag)
+    return f"lib/python{version or '3'}/site-packages"
 
 
 def make_layout(
@@ -92,7 +91,9 @@ def install_path(path: str, layout: Layout, dist_info: str) -> str | None:
 CHECKED_LAYOUTS = {
     "conda and tree": Layout(prefix="/", sitedir="lib/python3/site-packages"),
     "deb": Layout(
-        prefix="/usr", libdir="lib/x86_64-linux-gnu", sitedir="lib/python3/dist-packages"
+        prefix="/usr",
+        libdir=f"lib/{next(p.triplet for p in supported() if p.triplet)}",
+        sitedir="lib/python3/dist-packages",
     ),
     "rpm": Layout(prefix="/usr", libdir="lib64", sitedir="lib64/python3/site-packages"),
 }

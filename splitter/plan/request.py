@@ -22,6 +22,7 @@ from splitter.input.fetch import (
 )
 from splitter.model import CondaBackend
 from splitter.plan.facts import linux_only, subdir_of_tag
+from splitter.platforms import cpython_version
 
 DEFAULT = "the recipe's pin"  # what no WHEEL argument stands for
 DISTRO_TARGETS = ("deb", "rpm")
@@ -180,10 +181,7 @@ def _from_path(spec: str) -> Requested:
 
 def _python_of(interpreter: str) -> str:
     """cp312 -> 3.12; "" for anything but a CPython tag."""
-    digits = interpreter.removeprefix("cp")
-    if not interpreter.startswith("cp") or len(digits) < 2 or not digits.isdigit():
-        return ""
-    return f"{digits[0]}.{digits[1:]}"
+    return cpython_version(interpreter)
 
 
 def _version_key(python: str) -> tuple[int, ...]:

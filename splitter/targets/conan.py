@@ -36,18 +36,17 @@ from splitter.model import PackagePlan, Plan, Rpath, Target
 from splitter.plan.layout import make_layout
 from splitter.plan.release import ReleasePlanning, planned
 from splitter.plan.report import RECORD, exclusivity_record
+from splitter.platforms import View
 from splitter.targets.archive import reproducible_tar_gz
 from splitter.targets.builder import artifact
 from splitter.targets.distro.common import license_text
 from splitter.targets.generated.cmake import BASE_DEFINITIONS, C10_INCLUDE, RUNTIME_COMPONENT
 from splitter.targets.stage import Progress, stage
 
-# Conan's os and arch of each platform the wheels are built for (conda subdir -> settings)
-SETTINGS = {
-    "linux-64": ("Linux", "x86_64"),
-    "linux-aarch64": ("Linux", "armv8"),
-    "osx-arm64": ("Macos", "armv8"),
-}
+# Conan's os and arch of each platform that has them (conda subdir -> settings)
+SETTINGS: View[tuple[str, str]] = View(
+    lambda p: (p.subdir, (p.conan_os, p.conan_arch)) if p.conan_os else None
+)
 CONAN = "conan"
 
 

@@ -12,17 +12,16 @@ qemu command. What needs torch or a Python of that architecture is not run here.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-# conda subdir -> (uname machine, GNU triplet) of the Linux platforms an output can be for
-LINUX = {
-    "linux-64": ("x86_64", "x86_64-linux-gnu"),
-    "linux-aarch64": ("aarch64", "aarch64-linux-gnu"),
-}
-DEBIAN_PACKAGES = {"aarch64": "g++-aarch64-linux-gnu", "x86_64": "g++-x86-64-linux-gnu"}
+from splitter.platforms import by_elf_machine, by_subdir
+
+# Stands in for a loader the cross compiler could not build (see Emulator.loader).
+UNBUILT = "loader-not-built.sh"
 
 LOADER = r"""
 #include <dlfcn.h>
@@ -54,6 +53,8 @@ class Emulator:
 
     def command(self, program: Path, *args: str) -> list[str]:
         """The command that runs `program` (of this architecture) with `args`."""
+        if program.name == UNBUILT:
+            return ["/bin/sh", str(program), *args]
         return [str(self.qemu), "-L", str(self.sysroot), str(program), *args]
 
     def toolchain(self, directory: Path) -> Path:
@@ -72,7 +73,9 @@ class Emulator:
         return path
 
     def loader(self, directory: Path) -> Path:
-        """The co-load loader, compiled for this architecture into `directory`."""
+        """The co-load loader, compiled for this architecture into `directory`. When the
+        compiler cannot build it, a script that fails every load naming the compiler and its
+        error (`command` runs it here): each pair becomes a failed row, not a traceback."""
         directory.mkdir(parents=True, exist_ok=True)
         source, program = directory / "loader.c", directory / "loader"
         source.write_text(LOADER)
@@ -82,31 +85,32 @@ class Emulator:
             text=True,
             check=False,
         )
-        if built.returncode != 0:
-            raise RuntimeError(f"{self.cxx} could not build the loader: {built.stderr.strip()}")
-        return program
-
-
-def machine_of(subdir: str) -> str | None:
-    """The uname machine of a Linux conda subdir, else None."""
-    return LINUX[subdir][0] if subdir in LINUX else None
+        if built.returncode == 0:
+            return program
+        error = (built.stderr.strip().splitlines() or [f"exit {built.returncode}"])[-1]
+        # the compiler first: a row keeps the first 200 characters of the line
+        message = f"{self.cxx} could not build the co-load loader: {error}"
+        unbuilt = directory / UNBUILT
+        unbuilt.write_text(f"echo {shlex.quote(message)} >&2\nexit 1\n")
+        return unbuilt
 
 
 def emulator_for(subdir: str, cross_cxx: Path | None = None) -> Emulator | str:
     """The emulator for a Linux output of `subdir`, or why there is none, with what to
     install: qemu-<arch> and a cross C++ compiler (`cross_cxx`, else <triplet>-g++ on
     PATH)."""
-    if subdir not in LINUX:
+    platform = by_subdir(subdir)
+    if platform is None or not platform.qemu or not platform.cross_cxx:
         return f"{subdir} programs cannot be emulated here"
-    machine, triplet = LINUX[subdir]
-    qemu = shutil.which(f"qemu-{machine}")
-    cxx = str(cross_cxx) if cross_cxx is not None else shutil.which(f"{triplet}-g++")
+    machine, triplet = platform.machine, platform.triplet
+    qemu = shutil.which(platform.qemu)
+    cxx = str(cross_cxx) if cross_cxx is not None else shutil.which(platform.cross_cxx)
     missing = []
     if qemu is None:
-        missing.append(f"qemu-{machine} (Debian: apt-get install qemu-user)")
+        missing.append(f"{platform.qemu} (Debian: apt-get install qemu-user)")
     if cxx is None or not os.access(cxx, os.X_OK):
-        package = DEBIAN_PACKAGES.get(machine, f"g++ for {triplet}")
-        missing.append(f"{triplet}-g++ (Debian: apt-get install {package}; or --cross-cxx)")
+        install = f"apt-get install {platform.cross_package}; or --cross-cxx"
+        missing.append(f"{platform.cross_cxx} (Debian: {install})")
     if missing:
         return f"{machine} programs run under emulation here, which needs " + " and ".join(missing)
     assert qemu is not None and cxx is not None
@@ -121,9 +125,6 @@ def emulator_for(subdir: str, cross_cxx: Path | None = None) -> Emulator | str:
     )
 
 
-ELF_MACHINES = {62: "linux-64", 183: "linux-aarch64"}  # e_machine: EM_X86_64, EM_AARCH64
-
-
 def elf_subdir(libdir: Path) -> str | None:
     """The Linux conda subdir of the libraries in `libdir` (their ELF e_machine), None when
     there is no ELF library there."""
@@ -131,5 +132,6 @@ def elf_subdir(libdir: Path) -> str | None:
         with library.open("rb") as handle:
             header = handle.read(20)
         if header[:4] == b"\x7fELF" and len(header) == 20:
-            return ELF_MACHINES.get(int.from_bytes(header[18:20], "little"))
+            platform = by_elf_machine(int.from_bytes(header[18:20], "little"))
+            return None if platform is None else platform.subdir
     return None
