@@ -18,8 +18,8 @@ from splitter.model import CondaBackend, Plan, Target
 from splitter.plan.release import Release, ReleasePlanning
 from splitter.targets.builder import build_output
 from splitter.targets.conda.options import DEFAULT_LEVEL, WORKERS, CondaOptions
-from splitter.targets.conda.pipeline import _Channel
-from splitter.targets.conda.recipebuild import _build_recipes
+from splitter.targets.conda.pipeline import Pipeline
+from splitter.targets.conda.recipebuild import build_from_recipes
 from splitter.targets.conda.workers import start_workers
 from splitter.targets.stage import Progress
 
@@ -48,8 +48,8 @@ class CondaBuilder:
     ) -> list[Artifact]:
         """See the class."""
         if self.workers is None:
-            return _build_recipes(release, build, progress, self.options)
-        channel = _Channel(build, self.options, progress, self.workers, release)
+            return build_from_recipes(release, build, progress, self.options)
+        channel = Pipeline(build, self.options, progress, self.workers, release)
         with channel:
             for plan in release.plans(progress):
                 channel.add(plan)
@@ -120,7 +120,7 @@ def build_conda_release(
     or a single wheel's recipes under recipes/rattler-build/ and recipes/conda-build/.
 
     Each wheel is packed as soon as its plan is made, while the next one is planned (see
-    _Channel); the release is checked when the last is planned, and a refusal leaves nothing,
+    Pipeline); the release is checked when the last is planned, and a refusal leaves nothing,
     as OUT is written only when complete."""
     with conda_builder(options) as builder:
         return build_output(builder, release, out, progress).written

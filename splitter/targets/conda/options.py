@@ -53,7 +53,7 @@ class CondaOptions:
         )
 
 
-def _stage(
+def stage_prefix(
     plan: Plan,
     work: Path,
     options: CondaOptions,

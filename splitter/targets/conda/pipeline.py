@@ -21,7 +21,7 @@ from splitter.targets.conda.assemble import Assembled, AssembleJob, assemble, fi
 from splitter.targets.conda.channel import index_channel
 from splitter.targets.conda.jobs import assemble_jobs, wheel_licenses
 from splitter.targets.conda.meta import build_string
-from splitter.targets.conda.options import CondaOptions, _stage
+from splitter.targets.conda.options import CondaOptions, stage_prefix
 from splitter.targets.conda.recipes import write_recipes, write_support
 from splitter.targets.conda.releaserecipe import Variant, support_folders, write_release_recipe
 from splitter.targets.scratch import scratch_dir
@@ -59,7 +59,7 @@ class _Group:
         return self.reusable
 
 
-class _Channel:
+class Pipeline:
     """A release's channel (a single wheel's too), built one wheel at a time as the wheels
     are planned.
 
@@ -101,7 +101,7 @@ class _Channel:
         self.finished = self.queued = 0
         self.scratch = contextlib.ExitStack()
 
-    def __enter__(self) -> _Channel:
+    def __enter__(self) -> Pipeline:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -134,10 +134,12 @@ class _Channel:
         mine = tuple(p for p in plan.packages if source is None or p.name not in shared)
         work = group.scratch.enter_context(scratch_dir(sum(p.bytes for p in mine)))
         if source is None:
-            staged = _stage(plan, work, self.options, self.progress)
+            staged = stage_prefix(plan, work, self.options, self.progress)
         else:
             only = frozenset(p.name for p in mine)
-            staged = _stage(plan, work, self.options, self.progress, only, group.reuse(source))
+            staged = stage_prefix(
+                plan, work, self.options, self.progress, only, group.reuse(source)
+            )
         if self.single:
             write_recipes(plan, staged, self.build / "recipes", builds)
         else:

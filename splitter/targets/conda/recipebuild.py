@@ -19,13 +19,13 @@ from splitter.plan.request import release_backend
 from splitter.targets.builder import artifact
 from splitter.targets.conda.channel import index_channel
 from splitter.targets.conda.meta import build_string
-from splitter.targets.conda.options import DEFAULT_LEVEL, CondaOptions, _stage
+from splitter.targets.conda.options import DEFAULT_LEVEL, CondaOptions, stage_prefix
 from splitter.targets.conda.recipes import write_recipes
 from splitter.targets.scratch import scratch_dir
 from splitter.targets.stage import Progress
 
 
-def _build_recipes(
+def build_from_recipes(
     release: ReleasePlanning, build: Path, progress: Progress | None, options: CondaOptions
 ) -> list[Artifact]:
     """`--backend rattler-build` or `conda-build`: the generated recipes of one wheel, built
@@ -37,7 +37,7 @@ def _build_recipes(
     subdir = plan.platform.conda_subdir
     builds = {p.name: build_string(plan, p) for p in plan.packages}
     with scratch_dir(sum(p.bytes for p in plan.packages)) as work:
-        staged = _stage(plan, work, options, progress)
+        staged = stage_prefix(plan, work, options, progress)
         write_recipes(plan, staged, build / "recipes", builds)
         (build / subdir).mkdir()
         local = work / "local-recipes"
