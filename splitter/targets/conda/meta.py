@@ -1,4 +1,5 @@
-"""Conda metadata from the plan: subdir, build strings, depends, run_exports, about extra."""
+"""A conda package's metadata from the plan, the same for the assembled packages and the
+rebuild recipes: its build string, its run dependencies (depends) and its run_exports pin."""
 
 from __future__ import annotations
 
