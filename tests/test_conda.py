@@ -29,7 +29,8 @@ from splitter.model import Plan
 from splitter.plan.layout import make_layout
 from splitter.plan.make import make_plan
 from splitter.plan.recipe import load_recipe
-from splitter.targets.conda.build import build_conda, index_channel
+from splitter.targets.conda.build import build_conda
+from splitter.targets.conda.channel import index_channel
 from splitter.targets.tree import build_tree
 from splitter.verify.install import conda_info_file
 
