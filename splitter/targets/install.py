@@ -118,6 +118,7 @@ def make_install_plan(
     guard: tuple[Mapping[str, bytes], Mapping[str, bytes]] = NO_GUARD,
     only: frozenset[str] | None = None,
     names: Mapping[str, str] | None = None,
+    library_mode: int = EXECUTABLE,
 ) -> InstallPlan:
     """The install plan of `plan`'s packages in `layout`: each wheel file its package owns
     where install_path puts it, replaced by `guard`'s bytes where the import guard replaces
@@ -125,7 +126,9 @@ def make_install_plan(
     config naming `names`, pkg-config, launchers) added, and each shipped binary's search
     path computed for its new place (no RUNPATH where `rpath` is strip and the libdir is the
     linker's default). `only` installs those packages alone: the others' files are counted
-    where the layout puts them (`elsewhere`) and not listed."""
+    where the layout puts them (`elsewhere`) and not listed. Every ELF or Mach-O file is
+    executable, as pip and conda install them, but a shared object (`.so`, `.so.N`) gets
+    `library_mode` (Debian's policy 8.1: 0644)."""
     if rpath == Rpath.STRIP and not layout.system_libdir():
         raise UsageError(
             f"--rpath strip needs a libdir the dynamic linker searches by default, not "
@@ -153,7 +156,9 @@ def make_install_plan(
             continue
         check_member_name(dest)
         binary = binaries.get(path)
-        executable = entries[path].executable or binary is not None
+        mode = EXECUTABLE if entries[path].executable or binary is not None else REGULAR
+        if mode == EXECUTABLE and library_mode != EXECUTABLE and _shared_object(dest):
+            mode = library_mode
         data = replaced.get(path)
         files[owner].append(
             InstallFile(
@@ -161,7 +166,7 @@ def make_install_plan(
                 path=dest,
                 source="" if data is not None else path,
                 data=data,
-                mode=EXECUTABLE if executable else REGULAR,
+                mode=mode,
                 runpath=search.get(dest),
                 rpaths=binary.runpath if binary is not None and binary.macho else None,
             )
@@ -250,6 +255,11 @@ def _install_plan(
         spans=MappingProxyType(spans),
         elsewhere=MappingProxyType({name: tuple(paths) for name, paths in elsewhere.items()}),
     )
+
+
+def _shared_object(path: str) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    return name.endswith(".so") or ".so." in name
 
 
 def runpaths(

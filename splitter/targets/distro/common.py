@@ -18,7 +18,9 @@ from splitter.model import Distro, PackagePlan, Plan, Rpath
 from splitter.plan.layout import Layout
 from splitter.plan.report import exclusivity_record
 from splitter.targets.generated.files import SPLIT_FROM
-from splitter.targets.stage import Progress, Staged, StagedFile, stage
+from splitter.targets.generated.guard import guard_files
+from splitter.targets.install import EXECUTABLE, NO_GUARD, make_install_plan
+from splitter.targets.stage import Progress, Staged, StagedFile, apply
 
 LIBRARY = "library"  # a split package's shared libraries (and everything not development)
 DEVELOPMENT = "development"  # its headers, CMake config and pkg-config files
@@ -181,14 +183,18 @@ def stage_under(
     progress: Progress | None,
     guard: bool,
     names: Mapping[str, str],
+    library_mode: int = EXECUTABLE,
 ) -> Staged:
     """Stage every package of the plan as installed under `roots[name]` + the prefix, with
     no RUNPATH where the libdir is the system's (Debian policy, Fedora's check-rpaths); the
-    CMake config names the distro packages."""
+    CMake config names the distro packages; shared objects get `library_mode`
+    (splitter.targets.install.make_install_plan)."""
     prefix = layout.prefix.strip("/")
-    return stage(
-        plan, layout, lambda name: roots[name] / prefix, Rpath.STRIP, progress, guard, names=names
+    guarded = guard_files(plan) if guard else NO_GUARD
+    install = make_install_plan(
+        plan, layout, Rpath.STRIP, guarded, names=names, library_mode=library_mode
     )
+    return apply(plan, install, lambda name: roots[name] / prefix, progress)
 
 
 def license_text(plan: Plan) -> str:

@@ -43,7 +43,8 @@ from splitter.targets.distro.common import (
     stage_under,
 )
 from splitter.targets.distro.debsource import ArchSource, arch_source, write_source_package
-from splitter.targets.stage import Progress, Staged
+from splitter.targets.install import REGULAR
+from splitter.targets.stage import Progress
 from splitter.tools import need_tool, run_tool
 
 SITEDIR = "lib/python3/dist-packages"  # Debian's one directory for every python3
@@ -118,8 +119,9 @@ def write_debs(
     scratch = Path(tempfile.mkdtemp(prefix=".deb-", dir=build))
     try:
         stage_roots = {p.name: scratch / "stage" / p.name for p in plan.packages}
-        staged = stage_under(plan, layout, stage_roots, progress, guard, cmake_names(plan, distro))
-        _unset_library_exec(staged)
+        # shared objects are 0644 in Debian (policy 8.1; lintian's shlib-with-executable-bit)
+        names = cmake_names(plan, distro)
+        staged = stage_under(plan, layout, stage_roots, progress, guard, names, REGULAR)
         cut = distro_packages(plan, staged, distro)
         roots = {d.name: scratch / "pkg" / d.name for d in cut}
         packages = [_move(d, roots[d.name], layout) for d in cut]
@@ -205,16 +207,6 @@ def _host_arch() -> str:
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return ""
-
-
-def _unset_library_exec(staged: Staged) -> None:
-    """Shared objects are 0644 in Debian (policy 8.1; lintian's shlib-with-executable-bit);
-    staging marks every ELF file executable, as pip and conda install them."""
-    for files in staged.packages.values():
-        for item in files:
-            name = item.path.rsplit("/", 1)[-1]
-            if item.executable and (name.endswith(".so") or ".so." in name):
-                os.chmod(item.real, 0o644)
 
 
 def _write_docs(
