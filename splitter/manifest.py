@@ -23,6 +23,9 @@ NAME = "splitter-manifest.json"
 # Schema 1 grows by optional keys: an older manifest (no "recipe") still reads, and an older
 # splitter reads this one.
 SCHEMA = "splitter.manifest/1"
+# the platform of a source package's artifacts (.dsc and its tarballs, .src.rpm): they
+# rebuild the binary packages of every platform and install nothing themselves
+SOURCE = "source"
 RECIPE_COPY = "splitter-recipe.toml"  # a --recipe build's recipe, in OUT
 
 
@@ -95,9 +98,14 @@ class Manifest:
         found = sorted({a.package for a in self.artifacts if component in a.components})
         return found[0] if found else None
 
+    @property
+    def binaries(self) -> tuple[Artifact, ...]:
+        """The artifacts that install (every one but a source package's files)."""
+        return tuple(a for a in self.artifacts if a.platform != SOURCE)
+
     def packages(self, platform: str | None = None) -> tuple[str, ...]:
-        """The package names of the artifacts (of one platform), sorted and unique."""
-        return tuple(sorted({a.package for a in self.artifacts if platform in (None, a.platform)}))
+        """The package names of the binary artifacts (of one platform), sorted and unique."""
+        return tuple(sorted({a.package for a in self.binaries if platform in (None, a.platform)}))
 
 
 def digest(path: Path) -> tuple[str, int]:

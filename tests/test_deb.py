@@ -4,6 +4,7 @@ dpkg -L / -S, dpkg-deb -I, and the C++ consumer built from the installed root.""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import json
 import os
@@ -59,7 +60,9 @@ def debs(real_plan: Plan, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("deb") / "out"
     written = build_output(DebBuilder(), real_plan, out).artifacts
     assert sorted(p.name for p in written) == sorted(
-        f"{name}_{VERSION}_amd64.deb" for name in EVERY
+        [f"{name}_{VERSION}_amd64.deb" for name in EVERY]
+        + [f"executorch_{VERSION}.dsc", f"executorch_{VERSION}.debian.tar.xz"]
+        + ["executorch_1.5.1.orig.tar.gz"]
     )
     return out
 
@@ -608,3 +611,34 @@ def test_rebuilt_packages_run_the_model(rebuilt: Path, tmp_path: Path) -> None:
     run = run_model(consumer.runner, tmp_path / "out.bin")
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "out.bin").read_bytes() == expected_output()
+
+
+def test_source_package_files_are_artifacts_verify_checks(debs: Path, tmp_path: Path) -> None:
+    """The .dsc and its tarballs, found in OUT by their names, are the manifest's source
+    artifacts with the sha256 hashlib computes; each altered after the build makes `splitter
+    verify` refuse the output naming it (exit 14), before anything is installed."""
+    on_disk = sorted(
+        p.name for p in debs.iterdir() if p.name.endswith((".dsc", ".tar.gz", ".tar.xz"))
+    )
+    assert len(on_disk) == 3, on_disk  # .dsc, .orig.tar.gz, .debian.tar.xz
+    manifest = json.loads((debs / "splitter-manifest.json").read_text())
+    sources = {a["path"]: a for a in manifest["artifacts"] if a["platform"] == "source"}
+    assert sorted(sources) == on_disk
+    for name, item in sources.items():
+        assert item["package"] == "executorch" and item["python"] is None
+        assert item["sha256"] == hashlib.sha256((debs / name).read_bytes()).hexdigest()
+    for name in on_disk:
+        copy = tmp_path / name.replace(".", "-")
+        shutil.copytree(debs, copy)
+        with (copy / name).open("ab") as stream:
+            stream.write(b"\n")
+        result = subprocess.run(
+            [sys.executable, "-m", "splitter", "verify", "--only", "depends", str(copy)],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
+        assert result.returncode == 14, result.stderr
+        assert f"changed since the build (sha256 differs): {copy / name}" in result.stderr
+        shutil.rmtree(copy)

@@ -4,7 +4,10 @@ on top): every `import` and `from` of a splitter module, read with ast, against 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
+
+import pytest
 
 import splitter
 
@@ -126,3 +129,62 @@ def test_layers_are_checked() -> None:
     assert layer_of("splitter.checks.consumer") is None
     assert layer_of("splitter.targets.conda.build") == 4
     assert layer_of("splitter.__main__") == len(LAYERS) - 1
+
+
+# The CLI parses and prints: it reaches the core through these modules only (the request and
+# its resolution, the builders' registry and driver, the plan's JSON and types, diff, verify
+# and doctor's entry points), never the wheel reader, the binaries or the planning steps.
+CLI_MAY_IMPORT = (
+    "splitter.errors",
+    "splitter.model",
+    "splitter.manifest",
+    "splitter.platforms",
+    "splitter.cli",
+    "splitter.plan.request",
+    "splitter.plan.resolve",
+    "splitter.plan.report",
+    "splitter.plan.release",
+    "splitter.plan.diff",
+    "splitter.targets.builder",
+    "splitter.targets.registry",
+    "splitter.verify",
+    "splitter.doctor",
+)
+
+
+def cli_violations() -> list[str]:
+    """Every import by splitter.cli of a module outside CLI_MAY_IMPORT, as text."""
+    modules = module_names()
+    problems = []
+    for name, path in modules.items():
+        if not within(name, "splitter.cli"):
+            continue
+        for target, line in imports_of(name, path, set(modules)):
+            # a prefix: splitter.plan.diff covers the modules diff is split into
+            if not target.startswith(CLI_MAY_IMPORT):
+                problems.append(f"{name} -> {target} ({path.name}:{line})")
+    return sorted(set(problems))
+
+
+def test_the_cli_only_parses_and_prints() -> None:
+    """splitter.cli imports nothing of input/, binaries/ or the planning steps (make, recipe,
+    selector, layout, facts, exclusive) and no target's internals: it asks the core."""
+    found = cli_violations()
+    assert not found, "the CLI reaches into the core:\n" + "\n".join(found)
+
+
+def test_the_cli_rule_sees_a_violation(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The rule fails on a CLI module that imports the wheel reader or make_plan."""
+    fake = tmp_path / "splitter" / "cli" / "sneaky.py"
+    fake.parent.mkdir(parents=True)
+    fake.write_text(
+        "from splitter.input.fetch import resolve_input\nfrom splitter.plan.make import make_plan\n"
+    )
+    real = module_names()
+    monkeypatch.setattr(
+        sys.modules[__name__], "module_names", lambda: {**real, "splitter.cli.sneaky": fake}
+    )
+    assert [p for p in cli_violations() if "sneaky" in p] == [
+        "splitter.cli.sneaky -> splitter.input.fetch (sneaky.py:1)",
+        "splitter.cli.sneaky -> splitter.plan.make (sneaky.py:2)",
+    ]

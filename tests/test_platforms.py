@@ -5,6 +5,7 @@ in `--platform`'s choices and in every refusal that lists platforms."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 import subprocess
 import sys
@@ -16,8 +17,11 @@ import splitter
 import splitter.input.fetch as fetch
 import splitter.platforms as platforms
 from splitter.__main__ import main
+from splitter.errors import UsageError
 from splitter.input.fetch import SUBDIRS, WheelTarget, machine_subdir, wheel_targets
+from splitter.model import Plan
 from splitter.plan.facts import ARCHES, MACOS_SUBDIRS, linux_only, platform_of, subdir_of_tag
+from splitter.plan.request import check_planned
 from splitter.platforms import (
     SupportedPlatform,
     by_binary_machine,
@@ -29,7 +33,7 @@ from splitter.platforms import (
     cpython_version,
     subdirs,
 )
-from splitter.targets.conan import SETTINGS
+from splitter.targets.conan import SETTINGS, ConanBuilder
 from splitter.verify.emulate import emulator_for
 
 RISCV = SupportedPlatform(
@@ -236,3 +240,31 @@ def test_each_platform_fact_has_one_home() -> None:
 def test_this_machine_is_looked_up_in_the_table() -> None:
     expected = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}.get(os.uname().machine, "")
     assert machine_subdir() == expected
+
+
+def test_a_platform_without_conan_settings_is_refused_by_conan(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], real_plan: Plan
+) -> None:
+    """A record with no Conan settings: `build -t conan` for it is refused from the request
+    (before anything is fetched), and a plan of it from the builder, naming what conan
+    packages; the conda target takes it."""
+    bare = dataclasses.replace(RISCV, conan_os="", conan_arch="")
+    monkeypatch.setattr(platforms, "SUPPORTED", (*platforms.SUPPORTED, bare))
+    args = ("build", "-t", "conan", "--platform", "linux-riscv64", "--python", "3.11")
+    code, output = run_cli(monkeypatch, capsys, *args)
+    assert code == 12, output
+    assert (
+        "--target conan packages linux-64, linux-aarch64, osx-arm64 wheels only (the wheel's "
+        "platform is manylinux_2_35_riscv64): the recipe's pin for CPython 3.11 on "
+        "linux-riscv64\nleave this platform out (--platform) or use --target wheel for it"
+    ) in output
+    limits = ConanBuilder().limits
+    riscv_plan = dataclasses.replace(
+        real_plan,
+        platform=dataclasses.replace(
+            real_plan.platform, conda_subdir="linux-riscv64", tag="manylinux_2_35_riscv64"
+        ),
+    )
+    with pytest.raises(UsageError, match=r"--target conan packages .* wheels only .*riscv64"):
+        check_planned([riscv_plan], limits)
+    assert check_planned([real_plan], limits) == [real_plan]

@@ -4,11 +4,14 @@ rpm --root installs, then the C++ consumer built from the installed root."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -366,3 +369,28 @@ def test_release_of_two_platforms_is_one_spec(
         assert query("-qp", "--qf", "%{ARCH}", str(runtime)) == [arch]
         qnn = "/usr/lib64/libexecutorch_backend_qnn.so" in query("-qpl", str(runtime))
         assert qnn == (arch == "x86_64"), arch
+
+
+def test_src_rpm_is_an_artifact_verify_checks(rpms: Path, tmp_path: Path) -> None:
+    """The .src.rpm in OUT is the manifest's source artifact with the sha256 hashlib
+    computes; altered after the build, `splitter verify` refuses the output naming it."""
+    (srpm,) = rpms.glob("*.src.rpm")
+    manifest = json.loads((rpms / "splitter-manifest.json").read_text())
+    sources = [a for a in manifest["artifacts"] if a["platform"] == "source"]
+    assert [(a["path"], a["package"], a["python"]) for a in sources] == [
+        (srpm.name, "executorch", None)
+    ]
+    assert sources[0]["sha256"] == hashlib.sha256(srpm.read_bytes()).hexdigest()
+    copy = tmp_path / "out"
+    shutil.copytree(rpms, copy)
+    with (copy / srpm.name).open("ab") as stream:
+        stream.write(b"\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "splitter", "verify", "--only", "depends", str(copy)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert result.returncode == 14, result.stderr
+    assert f"changed since the build (sha256 differs): {copy / srpm.name}" in result.stderr

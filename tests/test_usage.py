@@ -15,8 +15,9 @@ import pytest
 
 import splitter.errors as errors
 from splitter.errors import ExternalToolError, MissingToolError, OwnershipError, UsageError
-from splitter.model import CondaBackend
+from splitter.model import Target
 from splitter.plan.request import check_build_request, check_plan_request, requested_wheels
+from splitter.targets.registry import BuildOptions, target_limits
 from splitter.tools import need_tool
 from splitter.verify.consumer import cmake_version
 
@@ -110,19 +111,20 @@ REFUSED = [
     ),
     pytest.param(
         ("build", "--target", "deb", "--platform", "osx-arm64", "--python", "3.12"),
-        r"--target deb packages Linux .*macosx_14_0_arm64\): .* for CPython 3\.12 on osx-arm64",
+        r"--target deb packages linux-64, linux-aarch64 wheels only .*macosx_14_0_arm64\): "
+        r".* for CPython 3\.12 on osx-arm64\ngive a manylinux wheel",
         id="deb-for-macos",
     ),
     pytest.param(
         ("build", "--target", "deb", "--platform", "all", "--python", "3.12"),
-        r"--target deb packages Linux wheels only, and --platform all names linux-64, "
-        r"linux-aarch64, osx-arm64: osx-arm64 has no deb\nname the Linux platforms: "
-        r"--platform linux-64,linux-aarch64",
+        r"--target deb packages linux-64, linux-aarch64 wheels only, and --platform all names "
+        r"linux-64, linux-aarch64, osx-arm64: osx-arm64 has no deb\nname the platforms it "
+        r"packages: --platform linux-64,linux-aarch64",
         id="deb-for-all-platforms",
     ),
     pytest.param(
         ("build", "--target", "rpm", MAC),
-        rf"--target rpm packages Linux .*: {MAC}\n",
+        rf"--target rpm packages linux-64, linux-aarch64 wheels only .*: {MAC}\n",
         id="rpm-of-a-macos-wheel",
     ),
     pytest.param(
@@ -212,7 +214,9 @@ def test_refused_before_anything_is_fetched(
 def test_what_the_arguments_allow_passes(
     specs: list[str], pythons: str | None, platforms: str | None, target: str
 ) -> None:
-    check_build_request(specs, pythons, platforms, target, CondaBackend.ASSEMBLE)
+    check_build_request(
+        specs, pythons, platforms, target_limits(BuildOptions(target=Target(target)))
+    )
 
 
 def test_requested_wheels_count_as_the_fetch_does() -> None:

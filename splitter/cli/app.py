@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib.metadata
 import json
 import shutil
 import sys
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated
@@ -15,8 +13,6 @@ from typing import Annotated
 import typer
 
 from splitter.cli.console import (
-    build_input,
-    compute_input,
     out,
     progress_bar,
     reporter,
@@ -30,23 +26,14 @@ from splitter.cli.console import (
 from splitter.cli.graph import GraphFormat, render_graph
 from splitter.errors import SplitterError, UsageError
 from splitter.manifest import NAME as MANIFEST
-from splitter.model import CondaBackend, Only, Plan, Rpath, Target
+from splitter.model import CondaBackend, Only, Rpath, Target
 from splitter.plan.release import Release, ReleasePlanning
 from splitter.plan.report import plan_json, release_json
 from splitter.plan.request import check_build_request, check_plan_request
+from splitter.plan.resolve import Request, open_request, plan_request, plans_of
 from splitter.platforms import subdirs
-from splitter.targets.builder import Builder, build_output
-from splitter.targets.conan import ConanBuilder
-from splitter.targets.conda.build import (
-    DEFAULT_LEVEL,
-    WORKERS,
-    CondaOptions,
-    conda_builder,
-)
-from splitter.targets.distro.deb import DebBuilder
-from splitter.targets.distro.rpm import RpmBuilder
-from splitter.targets.tree import TreeBuilder
-from splitter.targets.wheel import WheelBuilder
+from splitter.targets.builder import build_output
+from splitter.targets.registry import DEFAULTS, BuildOptions, open_builder, target_limits
 
 app = typer.Typer(
     add_completion=True,  # --install-completion, --show-completion (bash, zsh, fish)
@@ -149,9 +136,9 @@ def plan(
     """Show how the wheel (or a release) is split: packages, dependencies, CMake components,
     exclusivity; for a release, which wheel each package of each platform comes from."""
     check_plan_request(wheel or [], python, platform, graph or graph_format is not None, why)
-    result = compute_input(
-        wheel or [], recipe, show_progress(ctx, quiet, as_json), python, platform
-    )
+    request = Request(wheels=tuple(wheel or ()), recipe=recipe, python=python, platform=platform)
+    with progress_bar(show_progress(ctx, quiet, as_json)) as bar:
+        result = plan_request(request, reporter(bar, "planning"))
     if isinstance(result, Release):
         if why is not None:
             raise UsageError("--why takes one wheel: give the wheel whose file you ask about")
@@ -208,7 +195,7 @@ def build(
     ] = Rpath.RELATIVE,
     compression_level: Annotated[
         int, typer.Option(min=1, max=22, help="conda: zstd level.")
-    ] = DEFAULT_LEVEL,
+    ] = DEFAULTS.compression_level,
     backend: Annotated[
         CondaBackend, typer.Option(help="conda: what packages the staged trees.")
     ] = CondaBackend.ASSEMBLE,
@@ -218,7 +205,7 @@ def build(
             min=1,
             help="conda: worker processes packaging at once (1: slower, less memory).",
         ),
-    ] = WORKERS,
+    ] = DEFAULTS.jobs,
     guard: Annotated[
         bool, typer.Option("--guard", help="Add an import guard to the export package.")
     ] = False,
@@ -230,35 +217,25 @@ def build(
     traceback: TracebackOpt = False,
 ) -> None:
     """Build the packages of the plan (or of a release) for one target."""
-    check_build_request(wheel or [], python, platform, target.value, backend)
+    options = BuildOptions(
+        target=target,
+        guard=guard,
+        prefix=prefix,
+        libdir=libdir,
+        includedir=includedir,
+        sitedir=sitedir,
+        rpath=rpath,
+        compression_level=compression_level,
+        backend=backend,
+        jobs=jobs,
+    )
+    check_build_request(wheel or [], python, platform, target_limits(options))
     progress = show_progress(ctx, quiet, as_json)
     out_dir = output or Path("dist") / target.value
-    builders: dict[Target, Callable[[], contextlib.AbstractContextManager[Builder]]] = {
-        # conda's worker processes start now, while the plan is made
-        Target.CONDA: lambda: conda_builder(
-            CondaOptions(
-                compression_level=compression_level, backend=backend, guard=guard, jobs=jobs
-            )
-        ),
-        Target.WHEEL: lambda: contextlib.nullcontext(WheelBuilder(guard=guard)),
-        Target.TREE: lambda: contextlib.nullcontext(
-            TreeBuilder(
-                prefix=prefix,
-                libdir=libdir,
-                includedir=includedir,
-                sitedir=sitedir,
-                rpath=rpath,
-                guard=guard,
-            )
-        ),
-        Target.DEB: lambda: contextlib.nullcontext(DebBuilder(guard=guard)),
-        Target.RPM: lambda: contextlib.nullcontext(RpmBuilder(guard=guard)),
-        Target.CONAN: lambda: contextlib.nullcontext(ConanBuilder(guard=guard)),
-    }
-    with builders[target]() as chosen:
-        result = build_input(wheel or [], recipe, progress, python, platform)
-        with progress_bar(progress) as bar:
-            built = build_output(chosen, result, out_dir, reporter(bar, f"building {target}"))
+    request = Request(wheels=tuple(wheel or ()), recipe=recipe, python=python, platform=platform)
+    with open_builder(options) as chosen, progress_bar(progress) as bar:
+        result = open_request(request, reporter(bar, "planning"))
+        built = build_output(chosen, result, out_dir, reporter(bar, f"building {target}"))
     if as_json:
         print(
             json.dumps(
@@ -324,10 +301,11 @@ def diff_command(
         raise UsageError("--recipe is given once (both wheels) or twice (old, then new)")
     progress = show_progress(ctx, quiet, as_json)
     paths = recipes * 2 if len(recipes) == 1 else recipes
-    sides = [
-        _plans_of(compute_input([spec], recipe_path, progress, python, platform))
-        for spec, recipe_path in zip((old, new), paths, strict=True)
-    ]
+    sides = []
+    for spec, recipe_path in zip((old, new), paths, strict=True):
+        request = Request(wheels=(spec,), recipe=recipe_path, python=python, platform=platform)
+        with progress_bar(progress) as bar:
+            sides.append(plans_of(plan_request(request, reporter(bar, "planning"))))
     pairs = pair_plans(*sides)
     found = [diff_plans(before, after) for before, after in pairs]
     abis = [abi_reports(*pair, f) if abi else [] for pair, f in zip(pairs, found, strict=True)]
@@ -343,11 +321,6 @@ def diff_command(
                 out.print(line, highlight=False, markup=False)
     if exit_code and any(f.changed for f in found):
         raise typer.Exit(1)
-
-
-def _plans_of(result: Plan | Release) -> list[Plan]:
-    """The plans of one wheel or of a release's wheels."""
-    return [result] if isinstance(result, Plan) else [p for g in result.groups for p in g.plans]
 
 
 @app.command("verify")

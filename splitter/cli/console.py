@@ -1,5 +1,5 @@
-"""What the CLI prints besides its results: the consoles, the progress bar and the plan
-tables; and compute_plan, which resolves the input and runs make_plan under that bar."""
+"""What the CLI prints besides its results: the consoles, the progress bar (which draws the
+core's progress reports) and the plan, release, build and diagnosis tables."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from packaging.utils import parse_wheel_filename
@@ -23,15 +22,10 @@ from rich.progress import (
 from rich.table import Column, Table
 
 from splitter.errors import UsageError
-from splitter.input.fetch import resolve_input, resolve_inputs
 from splitter.model import Plan
-from splitter.plan.make import make_plan
-from splitter.plan.recipe import load_recipe
 from splitter.plan.release import (
     Release,
-    ReleasePlanning,
     link_stamps,
-    planned,
 )
 from splitter.targets.builder import Built
 
@@ -90,78 +84,6 @@ def progress_bar(enabled: bool) -> Iterator[Progress | None]:
         yield bar
 
 
-def zipfile_names(path: Path) -> list[str]:
-    """Member names of a zip, for a progress total; empty when it cannot be read (the plan
-    reports that properly)."""
-    import zipfile
-
-    try:
-        with zipfile.ZipFile(path) as archive:
-            return [n for n in archive.namelist() if not n.endswith("/")]
-    except (OSError, zipfile.BadZipFile):
-        return []
-
-
-def compute_plan(wheel: str | None, recipe_path: Path | None, show_progress: bool) -> Plan:
-    """Resolve the input, load the recipe and make the plan, with a progress bar."""
-    recipe = load_recipe(recipe_path)
-    with progress_bar(show_progress) as bar:
-        task = (
-            bar.add_task("resolving the wheel (pip download when not cached)", total=None)
-            if bar
-            else None
-        )
-        path = resolve_input(wheel, recipe)
-        if bar is not None and task is not None:
-            bar.update(
-                task,
-                description=f"verifying and analysing {path.name}",
-                total=len(zipfile_names(path)),
-            )
-
-        def report(stage: str, done: int, total: int) -> None:
-            if bar is not None and task is not None:
-                bar.update(task, completed=done)
-
-        return make_plan(path, recipe, report)
-
-
-def compute_input(
-    wheels: list[str],
-    recipe_path: Path | None,
-    show_progress: bool,
-    python: str | None = None,
-    platform: str | None = None,
-) -> Plan | Release:
-    """The plan of one wheel, or, when the WHEEL arguments and --python/--platform name
-    several wheels, the release they form."""
-    result = build_input(wheels, recipe_path, show_progress, python, platform)
-    if isinstance(result, ReleasePlanning):
-        return compute_release(result, show_progress)
-    return result
-
-
-def build_input(
-    wheels: list[str],
-    recipe_path: Path | None,
-    show_progress: bool,
-    python: str | None = None,
-    platform: str | None = None,
-) -> Plan | ReleasePlanning:
-    """What a build takes: the plan of one wheel, or the release the wheels form, not yet
-    planned (a release build plans each wheel as it goes: splitter.release.ReleasePlanning)."""
-    if len(wheels) <= 1 and python is None and platform is None:
-        return compute_plan(wheels[0] if wheels else None, recipe_path, show_progress)
-    recipe = load_recipe(recipe_path)
-    with progress_bar(show_progress) as bar:
-        if bar is not None:
-            bar.add_task("resolving the wheels (pip download when not cached)", total=None)
-        paths = resolve_inputs(wheels, recipe, python, platform)
-    if len(paths) == 1:
-        return compute_plan(str(paths[0]), recipe_path, show_progress)
-    return ReleasePlanning(paths, recipe)
-
-
 def reporter(bar: Progress | None, description: str) -> Callable[[str, int, int], None] | None:
     """A progress callback (stage, done, total) drawing one task on `bar`; None without a bar,
     so that the core skips its reports (and the conda target may pack in the build process,
@@ -174,12 +96,6 @@ def reporter(bar: Progress | None, description: str) -> Callable[[str, int, int]
         bar.update(task, completed=done, total=total or None, description=stage)
 
     return report
-
-
-def compute_release(planning: ReleasePlanning, show_progress: bool) -> Release:
-    """Plan every wheel of a release and check they form one, with a progress bar."""
-    with progress_bar(show_progress) as bar:
-        return planned(planning, reporter(bar, "planning the release"))
 
 
 def show_release(release: Release) -> None:
@@ -284,7 +200,7 @@ def show_summary(built: Built, plan: Plan) -> None:
     headers = ("package", "version", "file", "size", "depends on", "process-exclusive")
     rows: list[tuple[str, ...]] = []
     target = built.manifest.target
-    for item in built.manifest.artifacts:
+    for item in built.manifest.binaries:
         package = plan.package(item.package)
         path = built.out / item.path
         shown, size = str(path), item.size
@@ -337,7 +253,7 @@ def _versions(built: Built) -> list[tuple[str, str]]:
 def _next_steps(built: Built) -> list[str]:
     target, out_dir = built.manifest.target, built.out
     names = " ".join(built.manifest.packages())
-    files = " ".join(str((out_dir / a.path).absolute()) for a in built.manifest.artifacts)
+    files = " ".join(str((out_dir / a.path).absolute()) for a in built.manifest.binaries)
     if target == "conda":
         return [
             f"next: conda install -c {out_dir} {names}",

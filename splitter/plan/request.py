@@ -13,19 +13,12 @@ from pathlib import Path
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from splitter.errors import UsageError
-from splitter.input.fetch import (
-    ALL_PLATFORMS,
-    PLATFORMS,
-    is_wheel_path,
-    machine_subdir,
-    requested_targets,
-)
-from splitter.model import CondaBackend
-from splitter.plan.facts import linux_only, subdir_of_tag
-from splitter.platforms import cpython_version
+from splitter.input.fetch import is_wheel_path, machine_subdir, requested_targets
+from splitter.model import Limits, Plan
+from splitter.plan.facts import subdir_of_tag
+from splitter.platforms import by_subdir, cpython_version, subdirs
 
 DEFAULT = "the recipe's pin"  # what no WHEEL argument stands for
-DISTRO_TARGETS = ("deb", "rpm")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,7 +66,7 @@ def requested_wheels(
             found.append(_from_path(spec))
         else:
             found += [
-                Requested(spec=spec, python=t.python, tag=PLATFORMS[t.subdir]) for t in targets
+                Requested(spec=spec, python=t.python, tag=_wheel_tag(t.subdir)) for t in targets
             ]
     return found
 
@@ -82,22 +75,22 @@ def check_build_request(
     specs: Sequence[str],
     pythons: str | None,
     platforms: str | None,
-    target: str,
-    backend: CondaBackend,
+    limits: Limits,
 ) -> None:
-    """Refuse, from the arguments alone, a build no target can make: a release with a conda
-    backend other than assemble, or a deb/rpm of a platform without one or of several
-    Pythons on one platform."""
+    """Refuse, from the arguments alone, a build the target declares it cannot make
+    (`limits`): a release where it builds one wheel, a platform it does not package, several
+    Pythons on one platform where it builds for one."""
     wheels = requested_wheels(specs, pythons, platforms)
-    if target == "conda" and backend != CondaBackend.ASSEMBLE and len(wheels) > 1:
-        raise release_backend(backend)
-    if target not in DISTRO_TARGETS:
+    if not limits.release and len(wheels) > 1:
+        raise UsageError(limits.why_not_release)
+    if limits.platforms is not None:
+        for wheel in wheels:
+            if wheel.subdir and wheel.subdir not in limits.platforms:
+                if platforms == "all":
+                    raise all_platforms_refused(limits, wheel.subdir)
+                raise unsupported_platform(limits, wheel.tag, wheel.describe())
+    if not limits.one_python_per_platform:
         return
-    for wheel in wheels:
-        if wheel.subdir and not wheel.subdir.startswith("linux-"):  # osx-arm64
-            if platforms == "all":
-                raise all_platforms_linux_only(target)
-            raise linux_only(target, wheel.tag, wheel.describe())
     by_subdir: dict[str, list[str]] = {}
     for wheel in wheels:
         if wheel.subdir and wheel.python:
@@ -106,7 +99,46 @@ def check_build_request(
                 by_subdir[wheel.subdir].append(wheel.python)
     for subdir, found in sorted(by_subdir.items()):
         if len(found) > 1:
-            raise several_pythons(target, subdir, sorted(found, key=_version_key))
+            raise several_pythons(limits.target, subdir, sorted(found, key=_version_key))
+
+
+def check_planned(plans: Sequence[Plan], limits: Limits) -> Sequence[Plan]:
+    """The same refusals as check_build_request, of wheels already planned (a wheel path
+    whose name did not tell its platform): a builder calls it before it stages anything.
+    Returns `plans`."""
+    if not limits.release and len(plans) > 1:
+        raise UsageError(limits.why_not_release)
+    for plan in plans:
+        if limits.platforms is not None and plan.platform.conda_subdir not in limits.platforms:
+            raise unsupported_platform(limits, plan.platform.tag, plan.wheel.filename)
+    if limits.one_python_per_platform:
+        by_subdir: dict[str, list[str]] = {}
+        for plan in plans:
+            python = "{}.{}".format(*plan.platform.python)
+            by_subdir.setdefault(plan.platform.conda_subdir, []).append(python)
+        for subdir, found in sorted(by_subdir.items()):
+            if len(found) > 1:  # two wheels of one Python too: one python3, one package name
+                raise several_pythons(limits.target, subdir, sorted(found, key=_version_key))
+    return plans
+
+
+def unsupported_platform(limits: Limits, tag: str, wheel: str) -> UsageError:
+    """The refusal of a wheel of a platform the target does not package."""
+    names = ", ".join(sorted(limits.platforms or ()))
+    return UsageError(
+        f"--target {limits.target} packages {names} wheels only "
+        f"(the wheel's platform is {tag}): {wheel}\n{limits.advice}"
+    )
+
+
+def all_platforms_refused(limits: Limits, subdir: str) -> UsageError:
+    """The refusal of `--platform all` by a target that packages some of the platforms."""
+    chosen = [p for p in subdirs() if p in (limits.platforms or ())]
+    return UsageError(
+        f"--target {limits.target} packages {', '.join(chosen)} wheels only, and --platform "
+        f"all names {', '.join(subdirs())}: {subdir} has no {limits.target}\n"
+        f"name the platforms it packages: --platform {','.join(chosen)}"
+    )
 
 
 def check_plan_request(
@@ -140,29 +172,16 @@ def several_pythons(target: str, subdir: str, pythons: Sequence[str]) -> UsageEr
     )
 
 
-def all_platforms_linux_only(target: str) -> UsageError:
-    """The refusal of a deb or rpm of `--platform all`, which names macOS too."""
-    linux = ",".join(p for p in ALL_PLATFORMS if p.startswith("linux-"))
-    return UsageError(
-        f"--target {target} packages Linux wheels only, and --platform all names "
-        f"{', '.join(ALL_PLATFORMS)}: osx-arm64 has no {target}\n"
-        f"name the Linux platforms: --platform {linux}"
-    )
-
-
-def release_backend(backend: CondaBackend) -> UsageError:
-    """The refusal of a conda release by a backend other than assemble."""
-    return UsageError(
-        f"a release is packaged with --backend assemble, not {backend}: its "
-        "rattler-build recipe (a variant per Python) is written under OUT/recipes/<subdir>/ "
-        "for a rebuild"
-    )
-
-
 def _this_machine(spec: str) -> Requested:
     """A requirement fetched without --python/--platform: for this interpreter and machine."""
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
-    return Requested(spec=spec, python=python, tag=PLATFORMS.get(machine_subdir(), ""))
+    return Requested(spec=spec, python=python, tag=_wheel_tag(machine_subdir()))
+
+
+def _wheel_tag(subdir: str) -> str:
+    """The platform tag a wheel of `subdir` is fetched for ("" for none)."""
+    platform = by_subdir(subdir)
+    return platform.wheel_tag if platform else ""
 
 
 def _from_path(spec: str) -> Requested:

@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Protocol
 
 from splitter.manifest import NAME as MANIFEST
-from splitter.manifest import RECIPE_COPY, Artifact, Manifest, RecipeUsed, digest
-from splitter.model import PackagePlan, Plan, Progress, Recipe, Target
+from splitter.manifest import RECIPE_COPY, SOURCE, Artifact, Manifest, RecipeUsed, digest
+from splitter.model import Limits, PackagePlan, Plan, Progress, Recipe, Target
 from splitter.plan.recipe import default_recipe_path
 from splitter.plan.release import Release, ReleasePlanning, check_release
 from splitter.targets.output import atomic_output, files_under
 
-PACKAGE_SUFFIXES = (".conda", ".whl", ".deb", ".rpm", ".conan.tgz")
+# what a user publishes: binary and source packages (a .dsc, its .orig.tar.gz, .debian.tar.xz)
+PACKAGE_SUFFIXES = (".conda", ".whl", ".deb", ".rpm", ".conan.tgz", ".dsc", ".tar.gz", ".tar.xz")
 
 
 class Builder(Protocol):
@@ -33,6 +34,11 @@ class Builder(Protocol):
     @property
     def target(self) -> Target:
         """Which target this is (written into the manifest)."""
+        ...
+
+    @property
+    def limits(self) -> Limits:
+        """What it cannot build, asked of the request before anything is fetched."""
         ...
 
     def build(
@@ -112,12 +118,7 @@ def make_manifest(
     """The manifest of what `build` holds; every package file must be an artifact."""
     files = sorted(files_under(build) - {MANIFEST})
     listed = {a.path for a in artifacts}
-    # a source package (.dsc, .src.rpm) rebuilds the binary ones; it is a file, not a package
-    unlisted = [
-        f
-        for f in files
-        if f.endswith(PACKAGE_SUFFIXES) and not f.endswith(".src.rpm") and f not in listed
-    ]
+    unlisted = [f for f in files if f.endswith(PACKAGE_SUFFIXES) and f not in listed]
     missing = sorted(listed - set(files))
     assert not unlisted and not missing, f"builder's artifacts: {unlisted=} {missing=}"
     hashed = []
@@ -155,6 +156,11 @@ def artifact(path: str, plan: Plan, package: PackagePlan) -> Artifact:
         python=python,
         components=package.cmake_components,
     )
+
+
+def source_artifact(path: str, name: str) -> Artifact:
+    """A file of the source package `name` (a .dsc and its tarballs, a .src.rpm)."""
+    return Artifact(path=path, package=name, platform=SOURCE, python=None)
 
 
 def single(release: Release) -> Plan | None:

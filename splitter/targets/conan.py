@@ -30,12 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from splitter.errors import ExternalToolError, MissingToolError, UsageError
+from splitter.errors import ExternalToolError, MissingToolError
 from splitter.manifest import Artifact
-from splitter.model import PackagePlan, Plan, Rpath, Target
+from splitter.model import Limits, PackagePlan, Plan, Rpath, Target
 from splitter.plan.layout import make_layout
 from splitter.plan.release import ReleasePlanning, planned
 from splitter.plan.report import RECORD, exclusivity_record
+from splitter.plan.request import check_planned
 from splitter.platforms import View
 from splitter.targets.archive import reproducible_tar_gz
 from splitter.targets.builder import artifact
@@ -58,6 +59,16 @@ class ConanBuilder:
     guard: bool = False
     target: Target = Target.CONAN
 
+    @property
+    def limits(self) -> Limits:
+        """The platforms Conan has settings for; several Pythons are one binary (the
+        packages are Python-independent)."""
+        return Limits(
+            target=self.target,
+            platforms=frozenset(SETTINGS),
+            advice="leave this platform out (--platform) or use --target wheel for it",
+        )
+
     def build(
         self, release: ReleasePlanning, build: Path, progress: Progress | None = None
     ) -> list[Artifact]:
@@ -67,14 +78,9 @@ class ConanBuilder:
             raise MissingToolError(
                 CONAN, "it exports and saves the Conan packages", "pip install 'conan>=2,<3'"
             )
-        plans = [group.source for group in planned(release, progress).groups]
-        for plan in plans:
-            if plan.platform.conda_subdir not in SETTINGS:
-                raise UsageError(
-                    f"--target conan packages {', '.join(SETTINGS)} wheels, not "
-                    f"{plan.platform.tag}: {plan.wheel.filename}\n"
-                    "leave this platform out (--platform) or use --target wheel for it"
-                )
+        checked = planned(release, progress)
+        check_planned([p for group in checked.groups for p in group.plans], self.limits)
+        plans = [group.source for group in checked.groups]
         packages = [p for p in plans[0].packages if not p.python]
         scratch = Path(tempfile.mkdtemp(prefix=".conan-", dir=build))
         artifacts = []

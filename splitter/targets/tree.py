@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from splitter.manifest import Artifact
-from splitter.model import Plan, Rpath, Target
+from splitter.model import Limits, Plan, Rpath, Target
 from splitter.plan.layout import Layout, make_layout
 from splitter.plan.release import PlatformGroup, ReleasePlanning, planned
 from splitter.plan.report import dependency_json, shared_json, verdict_json
@@ -33,6 +33,11 @@ class TreeBuilder:
     rpath: Rpath = Rpath.RELATIVE
     guard: bool = False
     target: Target = Target.TREE
+
+    @property
+    def limits(self) -> Limits:
+        """Every platform, and releases."""
+        return Limits(target=self.target)
 
     def build(
         self, release: ReleasePlanning, build: Path, progress: Progress | None = None

@@ -23,7 +23,7 @@ from packaging.utils import canonicalize_name
 from splitter.input.payload import Payload
 from splitter.input.wheel import record_hash
 from splitter.manifest import Artifact
-from splitter.model import PackagePlan, Plan, Target
+from splitter.model import Limits, PackagePlan, Plan, Target
 from splitter.plan.release import PlatformGroup, ReleasePlanning, planned, release_note
 from splitter.plan.report import exclusivity_record
 from splitter.targets.builder import artifact, build_output, single
@@ -57,6 +57,11 @@ class WheelBuilder:
 
     guard: bool = False
     target: Target = Target.WHEEL
+
+    @property
+    def limits(self) -> Limits:
+        """Every platform, and releases."""
+        return Limits(target=self.target)
 
     def build(
         self, release: ReleasePlanning, build: Path, progress: Progress | None = None

@@ -76,7 +76,7 @@ def install(
     manifest = read_manifest(out)
     chosen = tuple(
         a
-        for a in manifest.artifacts
+        for a in manifest.binaries
         if (paths is None or a.path in paths) and (only is None or a.package in only)
     )
     selected = tuple(a.path for a in chosen) if paths is not None else None
@@ -93,7 +93,7 @@ def install(
         installed = _wheel(out, scratch, chosen)
     elif kind in ("deb", "rpm"):
         installed = _distro(
-            kind, out, scratch, only, manifest.provider(QUANTIZED) or "", manifest.artifacts
+            kind, out, scratch, only, manifest.provider(QUANTIZED) or "", manifest.binaries
         )
     else:
         installed = _tree(out, scratch, chosen)

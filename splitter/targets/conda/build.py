@@ -14,7 +14,7 @@ from pathlib import Path
 
 from splitter.errors import MissingToolError
 from splitter.manifest import Artifact
-from splitter.model import CondaBackend, Plan, Target
+from splitter.model import CondaBackend, Limits, Plan, Target
 from splitter.plan.release import Release, ReleasePlanning
 from splitter.targets.builder import build_output
 from splitter.targets.conda.options import DEFAULT_LEVEL, WORKERS, CondaOptions
@@ -42,6 +42,11 @@ class CondaBuilder:
     options: CondaOptions
     workers: ProcessPoolExecutor | None  # None with a recipe backend: the tool packs
     target: Target = Target.CONDA
+
+    @property
+    def limits(self) -> Limits:
+        """See CondaOptions.limits."""
+        return self.options.limits
 
     def build(
         self, release: ReleasePlanning, build: Path, progress: Progress | None = None

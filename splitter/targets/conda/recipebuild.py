@@ -15,7 +15,7 @@ from splitter.errors import ExternalToolError
 from splitter.manifest import Artifact
 from splitter.model import CondaBackend
 from splitter.plan.release import ReleasePlanning
-from splitter.plan.request import release_backend
+from splitter.plan.request import check_planned
 from splitter.targets.builder import artifact
 from splitter.targets.conda.channel import index_channel
 from splitter.targets.conda.meta import build_string
@@ -31,9 +31,7 @@ def build_from_recipes(
     """`--backend rattler-build` or `conda-build`: the generated recipes of one wheel, built
     by that tool from the local wheel (offline)."""
     backend = options.backend
-    if len(release.paths) != 1:
-        raise release_backend(backend)
-    (plan,) = release.plans(progress)
+    (plan,) = check_planned(list(release.plans(progress)), options.limits)
     subdir = plan.platform.conda_subdir
     builds = {p.name: build_string(plan, p) for p in plan.packages}
     with scratch_dir(sum(p.bytes for p in plan.packages)) as work:

@@ -14,9 +14,10 @@ from pathlib import Path
 
 from splitter.errors import RecipeError, UsageError
 from splitter.input.payload import Payload
-from splitter.model import Distro, PackagePlan, Plan, Rpath
+from splitter.model import Distro, Limits, PackagePlan, Plan, Rpath, Target
 from splitter.plan.layout import Layout
 from splitter.plan.report import exclusivity_record
+from splitter.platforms import SupportedPlatform, supported
 from splitter.targets.generated.files import SPLIT_FROM
 from splitter.targets.generated.guard import guard_files
 from splitter.targets.install import EXECUTABLE, NO_GUARD, make_install_plan
@@ -25,6 +26,17 @@ from splitter.targets.stage import Progress, Staged, StagedFile, apply
 LIBRARY = "library"  # a split package's shared libraries (and everything not development)
 DEVELOPMENT = "development"  # its headers, CMake config and pkg-config files
 PYTHON = "python"  # a Python package, whole
+
+
+def distro_limits(target: Target, architecture: Callable[[SupportedPlatform], str]) -> Limits:
+    """What a .deb or .rpm build refuses: a platform with no `architecture` in the
+    distribution, and several Pythons of one platform (a distribution has one python3)."""
+    return Limits(
+        target=target,
+        platforms=frozenset(p.subdir for p in supported() if architecture(p)),
+        one_python_per_platform=True,
+        advice="give a manylinux wheel, or use --target wheel or conda for this platform",
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

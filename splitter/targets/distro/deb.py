@@ -21,19 +21,20 @@ from pathlib import Path
 
 from splitter.errors import RecipeError
 from splitter.manifest import Artifact
-from splitter.model import Distro, PackagePlan, Plan, Target
+from splitter.model import Distro, Limits, PackagePlan, Plan, Target
 from splitter.plan.facts import Arch, arch_of
 from splitter.plan.layout import Layout, make_layout
 from splitter.plan.release import ReleasePlanning, planned
 from splitter.plan.report import record_name
-from splitter.plan.request import several_pythons
-from splitter.targets.builder import artifact
+from splitter.plan.request import check_planned
+from splitter.targets.builder import artifact, source_artifact
 from splitter.targets.distro import debmeta
 from splitter.targets.distro.common import (
     DEVELOPMENT,
     DistroPackage,
     clamp_times,
     cmake_names,
+    distro_limits,
     distro_of,
     distro_packages,
     external_requirements,
@@ -64,11 +65,16 @@ class DebBuilder:
     guard: bool = False
     target: Target = Target.DEB
 
+    @property
+    def limits(self) -> Limits:
+        """Linux platforms, one Python each."""
+        return distro_limits(self.target, lambda p: p.deb)
+
     def build(
         self, release: ReleasePlanning, build: Path, progress: Progress | None = None
     ) -> list[Artifact]:
         """See the class."""
-        plans = one_wheel_per_platform(release, progress, "deb")
+        plans = one_wheel_per_platform(release, progress, self.limits)
         epoch = release_epoch(plans)
         artifacts = []
         arches = []
@@ -76,21 +82,19 @@ class DebBuilder:
             written, source = write_debs(plan, build, progress, self.guard, epoch)
             artifacts += [artifact(path, plan, package) for package, path in written]
             arches.append(source)
-        write_source_package(arches, build, epoch)
-        return artifacts
+        name = plans[0].recipe.project
+        sources = write_source_package(arches, build, epoch)
+        return artifacts + [source_artifact(path, name) for path in sources]
 
 
 def one_wheel_per_platform(
-    release: ReleasePlanning, progress: Progress | None, target: str
+    release: ReleasePlanning, progress: Progress | None, limits: Limits
 ) -> list[Plan]:
-    """The plan of each platform's wheel; several Pythons of one platform are refused: the
-    export package of a distribution is built for its one python3, and the packages of two
-    Pythons would have one name and version."""
+    """The plan of each platform's wheel, refused by the target's `limits` as the request
+    was (several Pythons of one platform: the export package of a distribution is built for
+    its one python3, and the packages of two Pythons would have one name and version)."""
     checked = planned(release, progress)
-    for group in checked.groups:
-        if len(group.plans) > 1:
-            pythons = ["{}.{}".format(*p.platform.python) for p in group.plans]
-            raise several_pythons(target, group.subdir, pythons)
+    check_planned([p for group in checked.groups for p in group.plans], limits)
     return [group.source for group in checked.groups]
 
 

@@ -28,17 +28,18 @@ from pathlib import Path
 
 from splitter.binaries.relocate import patchelf
 from splitter.manifest import Artifact
-from splitter.model import Plan, Target
+from splitter.model import Limits, Plan, Target
 from splitter.plan.facts import arch_of
 from splitter.plan.layout import make_layout
 from splitter.plan.release import ReleasePlanning
 from splitter.plan.report import RECORD
 from splitter.targets.archive import reproducible_tar_gz
-from splitter.targets.builder import artifact
+from splitter.targets.builder import artifact, source_artifact
 from splitter.targets.distro.common import (
     DEVELOPMENT,
     clamp_times,
     cmake_names,
+    distro_limits,
     distro_of,
     distro_packages,
     external_requirements,
@@ -72,11 +73,16 @@ class RpmBuilder:
     guard: bool = False
     target: Target = Target.RPM
 
+    @property
+    def limits(self) -> Limits:
+        """Linux platforms, one Python each."""
+        return distro_limits(self.target, lambda p: p.rpm)
+
     def build(
         self, release: ReleasePlanning, build: Path, progress: Progress | None = None
     ) -> list[Artifact]:
         """See the class."""
-        plans = one_wheel_per_platform(release, progress, "rpm")
+        plans = one_wheel_per_platform(release, progress, self.limits)
         return write_rpms(plans, build, progress, self.guard)
 
 
@@ -145,7 +151,7 @@ def write_rpms(
         )
         (srpm,) = (topdir / "SRPMS").glob("*.src.rpm")
         shutil.move(srpm, build / srpm.name)
-        artifacts = []
+        artifacts = [source_artifact(srpm.name, spec_name(first))]
         for item in arches:
             if progress is not None:
                 progress(f"rpmbuild {item.arch.machine}", 0, len(item.packages))
