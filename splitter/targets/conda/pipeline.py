@@ -141,10 +141,10 @@ class Pipeline:
                 plan, work, self.options, self.progress, only, group.reuse(source)
             )
         if self.single:
-            write_recipes(plan, staged, self.build / "recipes", builds)
+            write_recipes(plan, staged.install, self.build / "recipes", builds)
         else:
             recipe = self.build / "recipes" / subdir / "rattler-build"
-            write_support(plan, staged, recipe, support_folders(variant, mine, shared))
+            write_support(plan, staged.install, recipe, support_folders(variant, mine, shared))
         like = None if source is None else (source.plan, source.licenses)
         licenses = wheel_licenses(plan, work, like)
         wheel = _Wheel(plan=plan, variant=variant, staged=staged, work=work, licenses=licenses)

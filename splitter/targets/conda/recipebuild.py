@@ -36,10 +36,10 @@ def build_from_recipes(
     builds = {p.name: build_string(plan, p) for p in plan.packages}
     with scratch_dir(sum(p.bytes for p in plan.packages)) as work:
         staged = stage_prefix(plan, work, options, progress)
-        write_recipes(plan, staged, build / "recipes", builds)
+        write_recipes(plan, staged.install, build / "recipes", builds)
         (build / subdir).mkdir()
         local = work / "local-recipes"
-        write_recipes(plan, staged, local, builds, url=plan.wheel.path.as_uri())
+        write_recipes(plan, staged.install, local, builds, url=plan.wheel.path.as_uri())
         build_recipe(local / backend, backend, build / subdir, work, options.compression_level)
         index_channel(build, subdir)
     return [

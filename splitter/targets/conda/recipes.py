@@ -19,8 +19,8 @@ from pathlib import Path
 from splitter.model import Plan
 from splitter.plan.report import verdict_json
 from splitter.targets.conda.meta import conda_depends, run_exports
+from splitter.targets.install import InstallPlan
 from splitter.targets.replay import GENERATED, LIST, install_split, render_replay
-from splitter.targets.stage import Staged
 
 INSTALL_SH = "install.sh"  # the replay script (splitter.targets.replay), beside each recipe
 NEEDS = {False: "Needs unzip and patchelf.", True: "Needs unzip, install_name_tool and codesign."}
@@ -42,18 +42,17 @@ def q(value: str) -> str:
 
 def write_support(
     plan: Plan,
-    staged: Staged,
+    install: InstallPlan,
     directory: Path,
     folders: dict[str, str] | None = None,
 ) -> None:
     """install.sh and, per package, its install.list and generated/ (shared by both recipes),
-    from the install plan `staged` applied. `folders` names the support folder of each
-    package to write (default: every package, in a folder named after it); a release gives
-    each Python package one per Python."""
+    from the install plan the packages were staged from. `folders` names the support folder
+    of each package to write (default: every package, in a folder named after it); a release
+    gives each Python package one per Python."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / INSTALL_SH).write_text(install_split())
     (directory / INSTALL_SH).chmod(0o755)
-    install = staged.install
     if folders is None:
         folders = {name: name for name in install.packages}
     for package in plan.packages:
@@ -211,7 +210,7 @@ def render_conda_build_meta(plan: Plan, builds: dict[str, str], url: str) -> str
 
 
 def write_recipes(
-    plan: Plan, staged: Staged, out: Path, builds: dict[str, str], url: str | None = None
+    plan: Plan, install: InstallPlan, out: Path, builds: dict[str, str], url: str | None = None
 ) -> None:
     """Write OUT/rattler-build/ and OUT/conda-build/ (each self-contained)."""
     url = url or source_url(plan)
@@ -220,5 +219,5 @@ def write_recipes(
         ("conda-build", render_conda_build_meta, "meta.yaml"),
     ):
         directory = out / name
-        write_support(plan, staged, directory)
+        write_support(plan, install, directory)
         (directory / filename).write_text(render(plan, builds, url))
