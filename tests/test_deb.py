@@ -464,11 +464,20 @@ def release_debs(
     release = make_release([real_wheel, real_wheel_aarch64], load_recipe())
     out = tmp_path_factory.mktemp("release") / "out"
     written = build_output(DebBuilder(), release, out).artifacts
+    debs = [p for p in written if p.suffix == ".deb"]
     # the x86_64 wheel has one library more (QNN), in packages both architectures have
-    assert sorted(p.name for p in written) == sorted(
+    assert sorted(p.name for p in debs) == sorted(
         f"{name}_{VERSION}_{arch}.deb" for name in EVERY for arch in ("amd64", "arm64")
     )
-    for path in written:
+    # and one source package builds both
+    assert sorted(p.name for p in written if p.suffix != ".deb") == sorted(
+        [
+            f"executorch_{VERSION}.dsc",
+            f"executorch_{VERSION}.debian.tar.xz",
+            "executorch_1.5.1.orig.tar.gz",
+        ]
+    )
+    for path in debs:
         assert control(path)["Architecture"] in path.name
     return out
 

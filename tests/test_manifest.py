@@ -20,7 +20,7 @@ from splitter.manifest import NAME
 from splitter.targets.output import atomic_output
 
 TARGETS = ("conda", "wheel", "tree", "deb", "rpm")
-PACKAGE_SUFFIXES = (".conda", ".whl", ".deb", ".rpm")
+PACKAGE_SUFFIXES = (".conda", ".whl", ".deb", ".rpm", ".dsc", ".tar.gz", ".tar.xz")
 
 
 def user_files(out: Path) -> dict[str, bytes]:
@@ -64,7 +64,9 @@ def test_every_target_writes_a_manifest_that_lists_what_is_there(
     wheel_sha = hashlib.sha256(real_wheel.read_bytes()).hexdigest()
     assert manifest["inputs"] == [{"filename": real_wheel.name, "sha256": wheel_sha}]
     artifacts = manifest["artifacts"]
-    assert {a["package"] for a in artifacts} == {
+    binaries = [a for a in artifacts if a["platform"] != "source"]
+    sources = [a for a in artifacts if a["platform"] == "source"]
+    assert {a["package"] for a in binaries} == {
         "executorch-runtime",
         "executorch-kernels-quantized",
         "executorch-export",
@@ -73,18 +75,21 @@ def test_every_target_writes_a_manifest_that_lists_what_is_there(
         data = (out / artifact["path"]).read_bytes()
         assert hashlib.sha256(data).hexdigest() == artifact["sha256"], artifact["path"]
         assert len(data) == artifact["size"], artifact["path"]
+    for artifact in binaries:
         assert artifact["platform"] == "linux-64"
         python = "3.11" if artifact["package"] == "executorch-export" else None
         assert artifact["python"] == python, artifact
     on_disk = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
-    packages = {p for p in on_disk if p.endswith(PACKAGE_SUFFIXES)}
-    # the source package that rebuilds them is a file the manifest lists, not a package
-    sources = {p for p in on_disk if p.endswith((".src.rpm", ".dsc"))}
+    # the source package that rebuilds them (.dsc and its tarballs, .src.rpm) is published
+    # too: artifacts of the source package, platform "source"
+    on_disk_sources = {p for p in on_disk if p.endswith((".src.rpm", ".dsc", ".tar.gz", ".tar.xz"))}
+    assert {a["path"] for a in sources} == on_disk_sources
+    assert {(a["package"], a["python"]) for a in sources} <= {("executorch", None)}
     assert bool(sources) == (target in ("deb", "rpm")), sources
-    packages -= sources
+    packages = {p for p in on_disk if p.endswith(PACKAGE_SUFFIXES)}
     if target == "tree":
         packages = {p for p in on_disk if p.count("/") == 0 and p.endswith(".json")} - {NAME}
-    assert packages == {a["path"] for a in artifacts}
+    assert packages == {a["path"] for a in binaries} | on_disk_sources
     assert set(manifest["files"]) == on_disk - {NAME, "notes.txt", "keep/mine/data.bin"}
 
 

@@ -149,8 +149,11 @@ class EmulatedLoaders:
         self.program = emulator.loader(scratch)
 
     def load(self, paths: list[Path], torch: bool) -> tuple[int, str]:
-        """Exit code and output of the loader run on `paths`, in order."""
+        """Exit code and output of the loader run on `paths`, in order (1 and why, when there
+        is no loader)."""
         assert not torch, "torch of another architecture cannot load here"
+        if isinstance(self.program, str):
+            return 1, self.program
         command = self.emulator.command(self.program, *map(str, paths))
         try:
             run = subprocess.run(

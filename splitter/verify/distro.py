@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from splitter.errors import ExternalToolError, UsageError
-from splitter.plan.facts import ARCHES, Arch
+from splitter.input.fetch import machine_subdir
+from splitter.manifest import Artifact
 from splitter.plan.report import RECORD, is_record
+from splitter.platforms import MANYLINUX, subdirs, supported
 from splitter.tools import need_tool, run_tool, tool_path
 
 VERIFY = "verify reads and installs the packages with it"  # why a missing tool is needed
@@ -36,28 +38,28 @@ def _record(command: list[str], stdin: Any = None) -> dict[str, Any] | None:
     return None
 
 
-def arch_packages(out: Path, kind: str) -> list[Path]:
-    """The .deb or .rpm files of OUT of one architecture: this machine's when OUT has them (a
-    release's OUT holds both), else the other Linux architecture's, whose programs verify
-    runs under emulation (splitter.verify.emulate)."""
-    arch = ARCHES.get(platform.machine())
-    if arch is None:
+def arch_artifacts(out: Path, kind: str, artifacts: tuple[Artifact, ...]) -> list[Artifact]:
+    """The .deb or .rpm artifacts of OUT of one platform (the manifest says which): this
+    machine's when OUT has them (a release's OUT holds both), else the first other Linux
+    platform's, whose programs verify runs under emulation (splitter.verify.emulate)."""
+    here = machine_subdir()
+    if not here:
         raise UsageError(
-            f"verify runs .{kind} packages on Linux x86_64 or aarch64, not {platform.machine()}: "
-            f"{out}\nrun it on one of those machines"
+            f"verify runs .{kind} packages on Linux {', '.join(_linux_machines())}, not "
+            f"{platform.machine()}: {out}\nrun it on one of those machines"
         )
-
-    def suffix(arch: Arch) -> str:
-        return f"_{arch.deb}.deb" if kind == "deb" else f".{arch.machine}.rpm"
-
-    chosen = next((a for a in (arch, *ARCHES.values()) if any(out.glob(f"*{suffix(a)}"))), arch)
-    found = sorted(out.glob(f"*{suffix(chosen)}"))
-    if not found:
+    present = {a.platform for a in artifacts}
+    chosen = next((s for s in (here, *subdirs()) if s in present), None)
+    if chosen is None:
         raise UsageError(
             f"no .{kind} of a Linux architecture in the output: {out}\n"
             "point verify at the -o directory of `splitter build --target deb|rpm`"
         )
-    return found
+    return [a for a in artifacts if a.platform == chosen]
+
+
+def _linux_machines() -> list[str]:
+    return [p.machine for p in supported() if p.family == MANYLINUX]
 
 
 def records(packages: list[Path], kind: str) -> dict[Path, dict[str, Any]]:

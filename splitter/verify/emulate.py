@@ -12,16 +12,12 @@ qemu command. What needs torch or a Python of that architecture is not run here.
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from splitter.platforms import by_elf_machine, by_subdir
-
-# Stands in for a loader the cross compiler could not build (see Emulator.loader).
-UNBUILT = "loader-not-built.sh"
+from splitter.platforms import by_subdir
 
 LOADER = r"""
 #include <dlfcn.h>
@@ -53,8 +49,6 @@ class Emulator:
 
     def command(self, program: Path, *args: str) -> list[str]:
         """The command that runs `program` (of this architecture) with `args`."""
-        if program.name == UNBUILT:
-            return ["/bin/sh", str(program), *args]
         return [str(self.qemu), "-L", str(self.sysroot), str(program), *args]
 
     def toolchain(self, directory: Path) -> Path:
@@ -72,10 +66,10 @@ class Emulator:
         )
         return path
 
-    def loader(self, directory: Path) -> Path:
-        """The co-load loader, compiled for this architecture into `directory`. When the
-        compiler cannot build it, a script that fails every load naming the compiler and its
-        error (`command` runs it here): each pair becomes a failed row, not a traceback."""
+    def loader(self, directory: Path) -> Path | str:
+        """The co-load loader, compiled for this architecture into `directory`; when the
+        compiler cannot build it, why, naming the compiler and its error (each pair then
+        becomes a failed row, not a traceback)."""
         directory.mkdir(parents=True, exist_ok=True)
         source, program = directory / "loader.c", directory / "loader"
         source.write_text(LOADER)
@@ -89,10 +83,7 @@ class Emulator:
             return program
         error = (built.stderr.strip().splitlines() or [f"exit {built.returncode}"])[-1]
         # the compiler first: a row keeps the first 200 characters of the line
-        message = f"{self.cxx} could not build the co-load loader: {error}"
-        unbuilt = directory / UNBUILT
-        unbuilt.write_text(f"echo {shlex.quote(message)} >&2\nexit 1\n")
-        return unbuilt
+        return f"{self.cxx} could not build the co-load loader: {error}"
 
 
 def emulator_for(subdir: str, cross_cxx: Path | None = None) -> Emulator | str:
@@ -123,15 +114,3 @@ def emulator_for(subdir: str, cross_cxx: Path | None = None) -> Emulator | str:
     return Emulator(
         machine=machine, triplet=triplet, qemu=Path(qemu), cxx=Path(cxx), sysroot=sysroot
     )
-
-
-def elf_subdir(libdir: Path) -> str | None:
-    """The Linux conda subdir of the libraries in `libdir` (their ELF e_machine), None when
-    there is no ELF library there."""
-    for library in sorted(libdir.glob("*.so*")):
-        with library.open("rb") as handle:
-            header = handle.read(20)
-        if header[:4] == b"\x7fELF" and len(header) == 20:
-            platform = by_elf_machine(int.from_bytes(header[18:20], "little"))
-            return None if platform is None else platform.subdir
-    return None

@@ -43,6 +43,7 @@ class Installed:
     """An output installed into a scratch directory."""
 
     kind: str  # conda, tree or wheel
+    platform: str  # the conda subdir of the artifacts installed (the manifest's)
     root: Path  # what moves as a whole in the relocation check
     libdir: Path
     cmake_prefix: Path  # what CMAKE_PREFIX_PATH points at
@@ -120,10 +121,11 @@ def _distro(
     `only`: the manifest says which package each file holds) with dpkg or rpm into a scratch
     root; the library and Python packages' exclusivity records give the verdicts and the
     names, among them the development package the CMake config names for a component."""
-    from splitter.verify.distro import arch_packages, install_packages, records
+    from splitter.verify.distro import arch_artifacts, install_packages, records
 
     package_of = {out / a.path: a.package for a in artifacts}
-    files = arch_packages(out, kind)
+    mine = arch_artifacts(out, kind, artifacts)
+    files = [out / a.path for a in mine]
     chosen = [f for f in files if only is None or package_of[f] in only]
     every = records(files, kind)
     root = scratch / "root"
@@ -139,6 +141,7 @@ def _distro(
     ]
     return Installed(
         kind=kind,
+        platform=mine[0].platform,
         root=root,
         libdir=libdir,
         # CMake searches lib/<triplet> under a prefix everywhere, lib64 not on a Debian host;
@@ -181,6 +184,7 @@ def _conda(out: Path, scratch: Path, chosen: tuple[Artifact, ...]) -> Installed:
     site = next(iter(sorted(prefix.glob("lib/python*/site-packages"))), None)
     return Installed(
         kind="conda",
+        platform=platform_of(chosen),
         root=prefix,
         libdir=prefix / "lib",
         cmake_prefix=prefix,
@@ -211,6 +215,7 @@ def _wheel(out: Path, scratch: Path, chosen: tuple[Artifact, ...]) -> Installed:
         verdicts += _unpack_wheel(out / item.path, site)
     return Installed(
         kind="wheel",
+        platform=platform_of(chosen),
         root=site,
         libdir=site / "executorch" / "lib",
         cmake_prefix=site / "executorch",
@@ -263,6 +268,7 @@ def _tree(out: Path, scratch: Path, chosen: tuple[Artifact, ...]) -> Installed:
     libdir = next((p.parent for p in sorted(prefix.rglob("libexecutorch.so"))), prefix / "lib")
     return Installed(
         kind="tree",
+        platform=platform_of(chosen),
         root=prefix,
         libdir=libdir,
         cmake_prefix=prefix,
@@ -272,6 +278,18 @@ def _tree(out: Path, scratch: Path, chosen: tuple[Artifact, ...]) -> Installed:
         runtime="",
         quantized="",
     )
+
+
+def platform_of(chosen: tuple[Artifact, ...]) -> str:
+    """The one platform of the artifacts installed together (a release's environment, or a
+    single wheel's output); a UsageError when they are of several."""
+    found = sorted({a.platform for a in chosen})
+    if len(found) != 1:
+        raise UsageError(
+            f"the packages installed together must be of one platform, not {found}: "
+            + ", ".join(a.path for a in chosen)
+        )
+    return found[0]
 
 
 def _unique(verdicts: list[dict[str, Any]]) -> tuple[dict[str, Any], ...]:

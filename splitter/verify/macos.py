@@ -12,6 +12,7 @@ from splitter.binaries.codesign import signature_problems
 from splitter.binaries.macho import analyse_macho, is_macho
 from splitter.binaries.resolve import find_unresolved
 from splitter.model import Recipe
+from splitter.platforms import MACOSX, by_subdir
 from splitter.verify.consumer import cmake_version
 from splitter.verify.install import Installed
 from splitter.verify.rows import Row
@@ -28,8 +29,9 @@ message(STATUS "SPLITTER_QUANTIZED=${EXECUTORCH_QUANTIZED_KERNELS_LIBRARY}")
 
 
 def is_macos_output(full: Installed) -> bool:
-    """Whether the installed output holds Mach-O libraries (a macOS split)."""
-    return any(full.libdir.glob("libexecutorch*.dylib"))
+    """Whether the installed output is a macOS split (its artifacts' platform)."""
+    platform = by_subdir(full.platform)
+    return platform is not None and platform.family == MACOSX
 
 
 def macos_checks(full: Installed, cmakes: list[Path], recipe: Recipe) -> list[MacRow]:

@@ -15,7 +15,7 @@ from splitter.errors import UsageError
 from splitter.input.fetch import machine_subdir
 from splitter.manifest import check_artifacts, read_manifest
 from splitter.model import Only, Recipe
-from splitter.plan.facts import MACOS_SUBDIRS
+from splitter.platforms import MACOSX, by_subdir
 from splitter.verify.checks import (
     consumer_checks,
     depends_check,
@@ -23,7 +23,7 @@ from splitter.verify.checks import (
     relocation_check,
 )
 from splitter.verify.coload import Outcome, coload_items, coload_matrix
-from splitter.verify.emulate import elf_subdir, emulator_for
+from splitter.verify.emulate import emulator_for
 from splitter.verify.install import Installed, install
 from splitter.verify.interpreters import interpreters, torch_available
 from splitter.verify.macos import NEEDS_MACOS, is_macos_output, macos_checks
@@ -61,7 +61,7 @@ def verify_release(
     emulated: dict[str, str] = {}  # a foreign Linux subdir -> the environment checked for it
     for environment in environments:
         version = environment.python
-        if environment.subdir in MACOS_SUBDIRS.values() and environment.subdir != here:
+        if _is_macos(environment.subdir) and environment.subdir != here:
             # What runs for a macOS output anywhere: its static checks (signatures, dyld's
             # resolution, kernels, files that travel together, CMake as Darwin), and rows
             # saying the rest needs a Mac; no CPython of the export's version is needed.
@@ -138,9 +138,9 @@ def _verify(
         full = install(out, scratch / "full", paths=paths)
         if is_macos_output(full):
             return _macos(full, options)
-        theirs, here = elf_subdir(full.libdir), machine_subdir()
+        theirs, here = full.platform, machine_subdir()
         emulator = None
-        if theirs is not None and theirs != here:
+        if theirs != here:
             found = emulator_for(theirs, options.cross_cxx)
             if isinstance(found, str):  # nothing here runs its programs: every check says so
                 rows = [row for name in only for row in FOREIGN.get(name, ())]
@@ -226,3 +226,9 @@ def system_libdir(full: Installed) -> Iterator[None]:
             del os.environ["LD_LIBRARY_PATH"]
         else:
             os.environ["LD_LIBRARY_PATH"] = before
+
+
+def _is_macos(subdir: str) -> bool:
+    """Whether `subdir` is a macOS platform's."""
+    platform = by_subdir(subdir)
+    return platform is not None and platform.family == MACOSX
