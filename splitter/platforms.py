@@ -5,9 +5,7 @@ read at each use: adding a platform is adding its record."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
 
 MANYLINUX = "manylinux"
 MACOSX = "macosx"
@@ -135,36 +133,6 @@ def by_binary_machine(name: str) -> SupportedPlatform | None:
 def by_machine(machine: str, family: str) -> SupportedPlatform | None:
     """The platform of a machine (uname's: x86_64) in a wheel tag family."""
     return next((p for p in SUPPORTED if p.machine == machine and p.family == family), None)
-
-
-T = TypeVar("T")
-
-
-class View(Mapping[str, T]):
-    """One fact of every platform that has it, by a key of the platform's: `entry` gives a
-    platform's (key, value), or None when it has no such fact. Read from SUPPORTED at each use,
-    so a record added to the table shows in every view of it."""
-
-    __slots__ = ("_entry",)
-
-    def __init__(self, entry: Callable[[SupportedPlatform], tuple[str, T] | None]) -> None:
-        self._entry = entry
-
-    def _table(self) -> dict[str, T]:
-        return dict(e for p in SUPPORTED if (e := self._entry(p)) is not None)
-
-    def __getitem__(self, key: str) -> T:
-        return self._table()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._table())
-
-    def __len__(self) -> int:
-        return len(self._table())
-
-
-# The wheel tag fetched for each platform, by conda subdir.
-WHEEL_TAGS: View[str] = View(lambda p: (p.subdir, p.wheel_tag))
 
 
 def cpython_of(tag: str) -> tuple[int, int] | None:

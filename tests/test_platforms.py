@@ -18,10 +18,10 @@ import splitter.input.fetch as fetch
 import splitter.platforms as platforms
 from splitter.__main__ import main
 from splitter.errors import UsageError
-from splitter.input.fetch import SUBDIRS, WheelTarget, machine_subdir, wheel_targets
+from splitter.input.fetch import WheelTarget, machine_subdir, wheel_targets
 from splitter.model import Plan
-from splitter.plan.facts import ARCHES, MACOS_SUBDIRS, linux_only, platform_of, subdir_of_tag
-from splitter.plan.request import check_planned
+from splitter.plan.facts import platform_of, subdir_of_tag
+from splitter.plan.request import check_planned, unsupported_platform
 from splitter.platforms import (
     SupportedPlatform,
     by_binary_machine,
@@ -33,7 +33,9 @@ from splitter.platforms import (
     cpython_version,
     subdirs,
 )
-from splitter.targets.conan import SETTINGS, ConanBuilder
+from splitter.targets.conan import ConanBuilder
+from splitter.targets.distro.deb import DebBuilder
+from splitter.targets.distro.rpm import RpmBuilder
 from splitter.verify.emulate import emulator_for
 
 RISCV = SupportedPlatform(
@@ -116,10 +118,10 @@ def test_a_record_added_to_the_table_shows_in_every_lookup(riscv: SupportedPlatf
     platform = platform_of("cp312", "manylinux_2_31_riscv64")
     assert (platform.conda_subdir, platform.machine) == ("linux-riscv64", "riscv64")
     assert (platform.glibc, platform.python) == ("2.31", (3, 12))
-    # the views other modules read, and the fetch targets
-    assert SUBDIRS["riscv64"] == "linux-riscv64" and ARCHES["riscv64"] is riscv
-    assert "riscv64" not in MACOS_SUBDIRS
-    assert SETTINGS["linux-riscv64"] == ("Linux", "riscv64")
+    # what the targets package, and the fetch targets
+    assert "linux-riscv64" in (DebBuilder().limits.platforms or ())
+    assert "linux-riscv64" in (RpmBuilder().limits.platforms or ())
+    assert "linux-riscv64" in (ConanBuilder().limits.platforms or ())
     assert [t.subdir for t in wheel_targets("3.11", "all")][-1] == "linux-riscv64"
     options = WheelTarget("3.11", "linux-riscv64").pip_options()
     assert options[:2] == ("--platform", "manylinux_2_35_riscv64")
@@ -137,8 +139,10 @@ def test_a_new_platform_says_what_its_emulation_needs(
 
 
 def test_the_distro_refusal_lists_the_table(riscv: SupportedPlatform) -> None:
-    message = str(linux_only("deb", "macosx_14_0_arm64", "w.whl"))
-    assert message.startswith("--target deb packages Linux x86_64, aarch64 and riscv64 wheels only")
+    message = str(unsupported_platform(DebBuilder().limits, "macosx_14_0_arm64", "w.whl"))
+    assert message.startswith(
+        "--target deb packages linux-64, linux-aarch64, linux-riscv64 wheels only"
+    )
 
 
 def test_platform_choices_and_refusals_of_the_cli(
@@ -202,9 +206,6 @@ ALLOWED = {
     # --cross-cxx's help gives an example
     ("cli/app.py", "aarch64-linux-gnu-g++"),
     ("cli/app.py", "aarch64-linux-gnu"),
-    # request.all_platforms_linux_only's "osx-arm64 has no deb", until the targets declare the
-    # platforms they package
-    ("plan/request.py", "osx-arm64"),
 }
 
 

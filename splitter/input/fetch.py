@@ -19,8 +19,6 @@ from splitter.errors import ExternalToolError, InvalidWheel
 from splitter.model import Recipe
 from splitter.platforms import (
     MANYLINUX,
-    WHEEL_TAGS,
-    View,
     by_machine,
     by_subdir,
     by_wheel_tag,
@@ -29,13 +27,6 @@ from splitter.platforms import (
 )
 
 CACHE_ENV = "SPLITTER_CACHE"
-
-
-# Views of splitter.platforms for the modules that still read these names: the Linux conda
-# subdir of a machine; the wheel tag fetched for each subdir; every subdir.
-SUBDIRS: View[str] = View(lambda p: (p.machine, p.subdir) if p.family == MANYLINUX else None)
-PLATFORMS = WHEEL_TAGS
-ALL_PLATFORMS = WHEEL_TAGS.keys()
 
 
 def machine_subdir() -> str:
@@ -82,7 +73,9 @@ class WheelTarget:
     def pip_options(self) -> tuple[str, ...]:
         """pip download's options that select this target's wheel."""
         cp = cpython_tag(self.python)
-        platform = ("--platform", WHEEL_TAGS[self.subdir])
+        found = by_subdir(self.subdir)
+        assert found is not None, self.subdir  # wheel_targets checked it
+        platform = ("--platform", found.wheel_tag)
         return (*platform, "--python-version", self.python, "--implementation", "cp", "--abi", cp)
 
 

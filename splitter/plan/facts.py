@@ -10,12 +10,12 @@ import re
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 
-from splitter.errors import RecipeError, UnsupportedWheel, UsageError
+from splitter.errors import RecipeError, UnsupportedWheel
 from splitter.model import Plan, Platform, Recipe, WheelInfo
 from splitter.platforms import (
     MACOSX,
     SupportedPlatform,
-    View,
+    by_subdir,
     by_wheel_tag,
     cpython_of,
     supported,
@@ -27,9 +27,6 @@ LEGACY_GLIBC = {"manylinux2014": "2.17", "manylinux2010": "2.12", "manylinux1": 
 # Views of splitter.platforms for the modules that still read these names: the macOS conda
 # subdir of a machine; the Linux architecture of a machine (one with a Debian name), as the
 # deb and rpm targets call the platform record.
-MACOS_SUBDIRS: View[str] = View(lambda p: (p.machine, p.subdir) if p.family == MACOSX else None)
-Arch = SupportedPlatform
-ARCHES: View[SupportedPlatform] = View(lambda p: (p.machine, p) if p.deb else None)
 
 
 def subdir_of_tag(tag: str) -> str:
@@ -144,25 +141,9 @@ def conda_requirements(wheel: WheelInfo, recipe: Recipe, platform: Platform) -> 
     return tuple(sorted(specs))
 
 
-def arch_of(plan: Plan, target: str) -> SupportedPlatform:
-    """The platform of the plan's wheel, which has a `target` (deb, rpm) architecture; other
-    platforms have no deb or rpm."""
-    found = _platform_of_tag(plan.platform.tag)
-    if found is None or not _distro_arch(found, target):
-        raise linux_only(target, plan.platform.tag, plan.wheel.filename)
+def arch_of(plan: Plan) -> SupportedPlatform:
+    """The platform record of the plan's wheel (its Debian and RPM architectures); the deb and
+    rpm builders refuse a wheel of a platform without one before (plan.request.check_planned)."""
+    found = by_subdir(plan.platform.conda_subdir)
+    assert found is not None, plan.platform
     return found
-
-
-def _distro_arch(platform: SupportedPlatform, target: str) -> str:
-    """The platform's architecture in the `target` (deb, rpm) distribution; "" for none."""
-    return platform.deb if target == "deb" else platform.rpm
-
-
-def linux_only(target: str, tag: str, wheel: str) -> UsageError:
-    """The refusal of a deb or rpm for a wheel of a platform that has none."""
-    machines = spoken([p.machine for p in supported() if _distro_arch(p, target)])
-    return UsageError(
-        f"--target {target} packages Linux {machines} wheels only "
-        f"(the wheel's platform is {tag}): {wheel}\n"
-        f"give a manylinux wheel, or use --target wheel or conda for this platform"
-    )

@@ -1,15 +1,17 @@
-"""Where each wheel file lands in an installed FHS layout (the tree and conda targets), and
-the recipe's rule that some files travel together (check_together)."""
+"""Where each wheel file lands in an installed FHS layout: each target's layout (conda and
+the tree's default, Debian's, RPM's; the one home of their directories), install_path, and
+the recipe's rule that some files travel together in every one of them (check_together)."""
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import posixpath
 from dataclasses import dataclass
 
 from splitter.errors import RecipeError, UsageError
 from splitter.model import Recipe, WheelInfo
-from splitter.platforms import cpython_version, supported
+from splitter.platforms import by_wheel_tag, cpython_version
 
 LIB = "executorch/lib/"
 INCLUDE = "executorch/include/"
@@ -86,23 +88,47 @@ def install_path(path: str, layout: Layout, dist_info: str) -> str | None:
     return f"{layout.sitedir}/{path}"
 
 
-# The installed layouts the targets write, by their library directory: conda and tree (lib),
-# Debian (multiarch), RPM (lib64); the wheel keeps the wheel's own paths.
-CHECKED_LAYOUTS = {
-    "conda and tree": Layout(prefix="/", sitedir="lib/python3/site-packages"),
-    "deb": Layout(
-        prefix="/usr",
-        libdir=f"lib/{next(p.triplet for p in supported() if p.triplet)}",
-        sitedir="lib/python3/dist-packages",
-    ),
-    "rpm": Layout(prefix="/usr", libdir="lib64", sitedir="lib64/python3/site-packages"),
-}
+DISTRO_INTERPRETER = "/usr/bin/python3"  # shebang of a distribution's console scripts
+DEB_SITEDIR = "lib/python3/dist-packages"  # Debian's one directory for every python3
+
+
+def conda_layout(wheel: WheelInfo, interpreter: str = "") -> Layout:
+    """The layout inside a conda prefix ($PREFIX/lib, include, lib/pythonX.Y/site-packages);
+    `interpreter` the prefix's python (with conda's placeholder prefix)."""
+    return Layout(prefix="", sitedir=default_sitedir(wheel), interpreter=interpreter)
+
+
+def deb_layout(wheel: WheelInfo, triplet: str) -> Layout:
+    """Debian's layout: prefix /usr, the multiarch libdir lib/<triplet>, dist-packages."""
+    layout = make_layout(wheel, "/usr", f"lib/{triplet}", "include", DEB_SITEDIR)
+    return dataclasses.replace(layout, interpreter=DISTRO_INTERPRETER)
+
+
+def rpm_layout(wheel: WheelInfo) -> Layout:
+    """Fedora's layout: prefix /usr, lib64 (x86_64 and aarch64), the wheel's CPython's
+    lib64/pythonX.Y/site-packages."""
+    sitedir = f"lib64/python{cpython_version(wheel.python_tag)}/site-packages"
+    layout = make_layout(wheel, "/usr", "lib64", "include", sitedir)
+    return dataclasses.replace(layout, interpreter=DISTRO_INTERPRETER)
+
+
+def target_layouts(wheel: WheelInfo) -> dict[str, Layout]:
+    """The installed layouts the targets write for `wheel` (the wheel target keeps the
+    wheel's own paths): conda's and the tree's default (lib), and on a platform with a
+    distribution architecture Debian's (multiarch) and RPM's (lib64)."""
+    layouts = {"conda and tree": conda_layout(wheel)}
+    platform = by_wheel_tag(wheel.platform_tag)
+    if platform is not None and platform.triplet:
+        layouts["deb"] = deb_layout(wheel, platform.triplet)
+    if platform is not None and platform.rpm:
+        layouts["rpm"] = rpm_layout(wheel)
+    return layouts
 
 
 def check_together(wheel: WheelInfo, recipe: Recipe, owners: dict[str, tuple[str, int]]) -> None:
     """Each [[together]] group of the recipe that applies to the wheel's platform: all its files
     in the wheel or none, in one package, and in one directory in every layout (the wheel's
-    own paths and CHECKED_LAYOUTS); a RecipeError names the group's line and the files."""
+    own paths and target_layouts); a RecipeError names the group's line and the files."""
     present = {e.path for e in wheel.entries}
     for group in recipe.together:
         if group.platforms and not any(
@@ -128,7 +154,7 @@ def check_together(wheel: WheelInfo, recipe: Recipe, owners: dict[str, tuple[str
                 + "\nput them in one package's rule"
             )
         layouts = {"wheel": {f: f for f in group.files}}
-        for name, layout in CHECKED_LAYOUTS.items():
+        for name, layout in target_layouts(wheel).items():
             layouts[name] = {
                 f: install_path(f, layout, wheel.dist_info) or "(regenerated)" for f in group.files
             }

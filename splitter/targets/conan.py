@@ -37,17 +37,13 @@ from splitter.plan.layout import make_layout
 from splitter.plan.release import ReleasePlanning, planned
 from splitter.plan.report import RECORD, exclusivity_record
 from splitter.plan.request import check_planned
-from splitter.platforms import View
+from splitter.platforms import by_subdir, supported
 from splitter.targets.archive import reproducible_tar_gz
 from splitter.targets.builder import artifact
 from splitter.targets.distro.common import license_text
 from splitter.targets.generated.cmake import BASE_DEFINITIONS, C10_INCLUDE, RUNTIME_COMPONENT
 from splitter.targets.stage import Progress, stage
 
-# Conan's os and arch of each platform that has them (conda subdir -> settings)
-SETTINGS: View[tuple[str, str]] = View(
-    lambda p: (p.subdir, (p.conan_os, p.conan_arch)) if p.conan_os else None
-)
 CONAN = "conan"
 
 
@@ -65,7 +61,7 @@ class ConanBuilder:
         packages are Python-independent)."""
         return Limits(
             target=self.target,
-            platforms=frozenset(SETTINGS),
+            platforms=frozenset(p.subdir for p in supported() if p.conan_os),
             advice="leave this platform out (--platform) or use --target wheel for it",
         )
 
@@ -105,7 +101,7 @@ class ConanBuilder:
                 (build / package.name).mkdir(exist_ok=True)
                 (build / package.name / "conanfile.py").write_text(text)
             for plan in plans:
-                os_name, arch = SETTINGS[plan.platform.conda_subdir]
+                os_name, arch = _settings(plan)
                 for package in packages:  # a package's requirements are exported before it
                     recipe = scratch / "recipes" / package.name
                     _conan(conan, home, "export-pkg", str(recipe), *_profile(os_name, arch))
@@ -127,6 +123,13 @@ class ConanBuilder:
         return artifacts
 
 
+def _settings(plan: Plan) -> tuple[str, str]:
+    """Conan's os and arch of the plan's platform (the builder's limits refused any other)."""
+    platform = by_subdir(plan.platform.conda_subdir)
+    assert platform is not None and platform.conan_os, plan.platform
+    return platform.conan_os, platform.conan_arch
+
+
 def _stage(
     plan: Plan,
     packages: list[PackagePlan],
@@ -137,7 +140,7 @@ def _stage(
     """Stage the Python-independent packages of `plan` in conda's layout (lib, include,
     lib/cmake/executorch; RUNPATH relative), each with its licence and exclusivity record;
     returns the platform's key (os-arch) and each package's root."""
-    os_name, arch = SETTINGS[plan.platform.conda_subdir]
+    os_name, arch = _settings(plan)
     key = f"{os_name}-{arch}"
     layout = make_layout(plan.wheel, "/", "lib", "include", None)
     roots = {p.name: scratch / "stage" / key / p.name for p in packages}

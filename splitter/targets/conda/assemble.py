@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-PLACEHOLDER = "/opt/anaconda1anaconda2anaconda3"
+from splitter.targets.replay import CONDA_PLACEHOLDER
+
 ZIP64_LIMIT = 0xFFFFFFFF
 
 
@@ -218,7 +219,7 @@ def _new_info(data: bytes, additions: InfoAdditions) -> bytes:
     paths = json.loads(files["info/paths.json"])
     for entry in paths["paths"]:
         if entry["_path"] in additions.text_prefix_paths:
-            entry["prefix_placeholder"] = PLACEHOLDER
+            entry["prefix_placeholder"] = CONDA_PLACEHOLDER
             entry["file_mode"] = "text"
     files["info/paths.json"] = json_bytes(paths)
     files.update(dict(additions.extra_files))

@@ -8,21 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from splitter.model import CondaBackend, Limits, Plan, Rpath, Target
-from splitter.plan.layout import Layout, default_sitedir
-from splitter.targets.conda.assemble import PLACEHOLDER, release_freed_memory
+from splitter.plan.layout import conda_layout
+from splitter.targets.conda.assemble import release_freed_memory
+from splitter.targets.replay import CONDA_PLACEHOLDER
 from splitter.targets.stage import Progress, Reusable, Staged, stage
 
 DEFAULT_LEVEL = 9
 # Default worker processes packing at once: two keep both cores busy beside the build's
 # planning and staging; one is slower and leaner (docs/performance.md).
 WORKERS = 2
-
-
-def conda_layout(plan: Plan) -> Layout:
-    """The layout inside a conda prefix ($PREFIX/lib, include, lib/pythonX.Y/site-packages)."""
-    return Layout(
-        prefix="", sitedir=default_sitedir(plan.wheel), interpreter=f"{PLACEHOLDER}/bin/python"
-    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,7 +58,7 @@ def stage_prefix(
     """Stage the plan's packages (or `only` those) under work/stage/<package> as a conda
     prefix, pointing at `reuse`'s copies of the files it has (see stage)."""
     root = work / "stage"
-    layout = conda_layout(plan)
+    layout = conda_layout(plan.wheel, f"{CONDA_PLACEHOLDER}/bin/python")
     staged = stage(
         plan, layout, root.joinpath, Rpath.RELATIVE, progress, options.guard, only, reuse=reuse
     )

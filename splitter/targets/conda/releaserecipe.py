@@ -1,13 +1,14 @@
 """The rattler-build recipe of one platform of a release: one recipe, a variant per Python.
 
 `OUT/recipes/<subdir>/rattler-build/` holds `recipe.yaml`, `variants.yaml` (`python:` the
-group's CPythons), `install.sh` and the support folders (files.tsv, runpath.tsv, generated/):
-one per Python-independent package, written from the group's source wheel, and
-`<package>/py3XY/` per Python package and wheel. The Python-independent outputs do not use the
-`python` variable, so rattler-build renders them with the same hash for every variant and the
-channel gets one build of each, as the assembled channel has; each Python output picks its
-wheel, build string, run requirements and support folder with `if: python == "3.XY"`. This is
-the layout of conda-forge's pytorch feedstock: `libtorch` once, `pytorch` per Python.
+group's CPythons), `install.sh` and the support folders (install.list, generated/: see
+splitter.targets.replay): one per Python-independent package, written from the group's
+source wheel, and `<package>/py3XY/` per Python package and wheel. The Python-independent
+outputs do not use the `python` variable, so rattler-build renders them with the same hash for
+every variant and the channel gets one build of each, as the assembled channel has; each
+Python output picks its wheel, build string, run requirements and support folder with
+`if: python == "3.XY"`. This is the layout of conda-forge's pytorch feedstock: `libtorch`
+once, `pytorch` per Python.
 """
 
 from __future__ import annotations

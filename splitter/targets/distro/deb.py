@@ -22,11 +22,12 @@ from pathlib import Path
 from splitter.errors import RecipeError
 from splitter.manifest import Artifact
 from splitter.model import Distro, Limits, PackagePlan, Plan, Target
-from splitter.plan.facts import Arch, arch_of
-from splitter.plan.layout import Layout, make_layout
+from splitter.plan.facts import arch_of
+from splitter.plan.layout import Layout, deb_layout
 from splitter.plan.release import ReleasePlanning, planned
 from splitter.plan.report import record_name
 from splitter.plan.request import check_planned
+from splitter.platforms import SupportedPlatform
 from splitter.targets.builder import artifact, source_artifact
 from splitter.targets.distro import debmeta
 from splitter.targets.distro.common import (
@@ -48,7 +49,6 @@ from splitter.targets.install import REGULAR
 from splitter.targets.stage import Progress
 from splitter.tools import need_tool, run_tool
 
-SITEDIR = "lib/python3/dist-packages"  # Debian's one directory for every python3
 # gzip -9: deterministic whatever the machine, and several times faster than xz for a
 # modestly larger export package (docs/performance.md).
 COMPRESSION = ("-Zgzip", "-z9")
@@ -98,27 +98,19 @@ def one_wheel_per_platform(
     return [group.source for group in checked.groups]
 
 
-def deb_layout(plan: Plan, arch: Arch) -> Layout:
-    """Debian's layout: prefix /usr, the multiarch libdir, /usr/lib/python3/dist-packages."""
-    return dataclasses.replace(
-        make_layout(plan.wheel, "/usr", f"lib/{arch.triplet}", "include", SITEDIR),
-        interpreter="/usr/bin/python3",
-    )
-
-
 def write_debs(
     plan: Plan, build: Path, progress: Progress | None, guard: bool, epoch: int
 ) -> tuple[list[tuple[PackagePlan, str]], ArchSource]:
     """Stage the plan, cut it into library, development and Python packages and write each
     .deb into `build`; returns (split package, file name) per .deb and what the source
     package needs of this architecture."""
-    arch = arch_of(plan, "deb")
+    arch = arch_of(plan)
     distro = distro_of(plan, "deb")
     dpkg_deb = need_tool("dpkg-deb", "dpkg")
     native = _host_arch() == arch.deb
     shlibdeps = need_tool("dpkg-shlibdeps", "dpkg-dev") if native else ""
     version = f"{plan.wheel.version}-{distro.revision}"
-    layout = deb_layout(plan, arch)
+    layout = deb_layout(plan.wheel, arch.triplet)
     externals = {p.name: external_requirements(plan, p, "deb") for p in plan.packages}
     scratch = Path(tempfile.mkdtemp(prefix=".deb-", dir=build))
     try:
@@ -217,7 +209,7 @@ def _write_docs(
     plan: Plan,
     package: DistroPackage,
     version: str,
-    arch: Arch,
+    arch: SupportedPlatform,
     roots: dict[str, Path],
     licence: str,
     origin: str,
@@ -302,7 +294,7 @@ def _write_control(
     package: DistroPackage,
     root: Path,
     version: str,
-    arch: Arch,
+    arch: SupportedPlatform,
     distro: Distro,
     depends: list[str],
 ) -> None:

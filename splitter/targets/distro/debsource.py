@@ -19,9 +19,9 @@ from pathlib import Path
 
 from splitter.errors import UsageError
 from splitter.model import Plan
-from splitter.plan.facts import Arch
 from splitter.plan.layout import Layout
 from splitter.plan.report import record_name
+from splitter.platforms import SupportedPlatform
 from splitter.targets.archive import reproducible_tar_gz
 from splitter.targets.distro import debmeta
 from splitter.targets.distro.common import (
@@ -51,14 +51,18 @@ class ArchSource:
     and generated files (the install plan's, and the exclusivity records and lintian
     overrides the .debs carry)."""
 
-    arch: Arch
+    arch: SupportedPlatform
     plan: Plan
     packages: tuple[tuple[DistroPackage, tuple[str, ...]], ...]  # package, its root paths
     replay: Replay
 
 
 def arch_source(
-    plan: Plan, arch: Arch, layout: Layout, packages: list[DistroPackage], install: InstallPlan
+    plan: Plan,
+    arch: SupportedPlatform,
+    layout: Layout,
+    packages: list[DistroPackage],
+    install: InstallPlan,
 ) -> ArchSource:
     """The architecture's part of the source package: the install plan the .debs were
     staged from, and the .deb's own documentation files (debmeta.package_docs, which read
@@ -184,7 +188,7 @@ def _control(arches: list[ArchSource]) -> str:
     Depends are the binary package's with debhelper's substitutions for what it computes."""
     plan = arches[0].plan
     distro = distro_of(plan, "deb")
-    tools = ["debhelper-compat (= 13)", "patchelf", "unzip"]
+    tools = [f"debhelper-compat (= {COMPAT})", "patchelf", "unzip"]
     if any(line.startswith("#!") for line in _install_files(arches).values()):
         tools.insert(1, "dh-exec")
     lines = [
@@ -208,7 +212,7 @@ def _control(arches: list[ArchSource]) -> str:
             depends += debmeta.python_depends(plan, package.package)
         lines += ["", f"Package: {name}", f"Architecture: {' '.join(where)}"]
         if multi := debmeta.multi_arch(package):
-            lines.append(f"Multi-Arch: {multi}")
+            lines.append(f"Multi-SupportedPlatform: {multi}")
         if debmeta.SECTIONS[package.role] != "libs":  # the source's, which it inherits
             lines.append(f"Section: {debmeta.SECTIONS[package.role]}")
         lines += [

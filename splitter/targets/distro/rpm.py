@@ -17,7 +17,6 @@ day of the newest wheel, which the %changelog names), a fixed build host, zstd s
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import os
 import shutil
@@ -30,7 +29,7 @@ from splitter.binaries.relocate import patchelf
 from splitter.manifest import Artifact
 from splitter.model import Limits, Plan, Target
 from splitter.plan.facts import arch_of
-from splitter.plan.layout import make_layout
+from splitter.plan.layout import rpm_layout
 from splitter.plan.release import ReleasePlanning
 from splitter.plan.report import RECORD
 from splitter.targets.archive import reproducible_tar_gz
@@ -193,13 +192,9 @@ def _arch_sources(
     """One architecture's Sources (the wheel, install-split's list, the generated files
     with licences and records as a tar) and its part of the spec, from a staging that is
     removed before the next."""
-    arch = arch_of(plan, "rpm")
+    arch = arch_of(plan)
     distro = distro_of(plan, "rpm")
-    python = "{}.{}".format(*plan.platform.python)
-    layout = dataclasses.replace(
-        make_layout(plan.wheel, "/usr", "lib64", "include", f"lib64/python{python}/site-packages"),
-        interpreter="/usr/bin/python3",
-    )
+    layout = rpm_layout(plan.wheel)
     for package in plan.packages:  # an unmapped external stops the build before staging
         external_requirements(plan, package, "rpm")
     trees = scratch / f"trees-{arch.machine}"

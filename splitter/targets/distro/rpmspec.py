@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass
 
 from splitter.model import Distro, Plan
-from splitter.plan.facts import Arch
 from splitter.plan.layout import Layout
 from splitter.plan.report import RECORD
+from splitter.platforms import SupportedPlatform
 from splitter.targets.distro.common import (
     DEVELOPMENT,
     PYTHON,
@@ -111,7 +111,7 @@ class SpecArch:
     paths, and the linter facts read from the staged files (which are gone by the time the
     spec is written)."""
 
-    arch: Arch
+    arch: SupportedPlatform
     plan: Plan
     layout: Layout
     wheel: str  # the Source file names
@@ -125,7 +125,7 @@ class SpecArch:
 
 def spec_arch(
     plan: Plan,
-    arch: Arch,
+    arch: SupportedPlatform,
     layout: Layout,
     packages: list[DistroPackage],
     sources: tuple[str, str, str],
