@@ -212,7 +212,7 @@ def _control(arches: list[ArchSource]) -> str:
             depends += debmeta.python_depends(plan, package.package)
         lines += ["", f"Package: {name}", f"Architecture: {' '.join(where)}"]
         if multi := debmeta.multi_arch(package):
-            lines.append(f"Multi-SupportedPlatform: {multi}")
+            lines.append(f"Multi-Arch: {multi}")
         if debmeta.SECTIONS[package.role] != "libs":  # the source's, which it inherits
             lines.append(f"Section: {debmeta.SECTIONS[package.role]}")
         lines += [
