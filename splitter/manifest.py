@@ -46,7 +46,7 @@ class Artifact:
 class RecipeUsed:
     """The recipe a build used."""
 
-    path: str  # as given (--recipe), or the shipped recipe's path
+    path: str  # its file name (--recipe's, or the shipped executorch.toml)
     sha256: str
     copy: str | None  # its copy in OUT (relative, POSIX) for a --recipe build; None: shipped
 

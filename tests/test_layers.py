@@ -188,3 +188,16 @@ def test_the_cli_rule_sees_a_violation(monkeypatch: pytest.MonkeyPatch, tmp_path
         "splitter.cli.sneaky -> splitter.input.fetch (sneaky.py:1)",
         "splitter.cli.sneaky -> splitter.plan.make (sneaky.py:2)",
     ]
+
+
+LONGEST = 450  # lines: a module past it does more than one job (STYLE.md)
+
+
+def test_no_module_is_over_the_limit() -> None:
+    """Every module of splitter/ is at most LONGEST lines, counted as wc -l does."""
+    long = {
+        str(path.relative_to(ROOT.parent)): count
+        for path in module_names().values()
+        if (count := path.read_bytes().count(b"\n")) > LONGEST
+    }
+    assert not long, f"modules over {LONGEST} lines: {long}"

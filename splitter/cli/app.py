@@ -233,9 +233,11 @@ def build(
     progress = show_progress(ctx, quiet, as_json)
     out_dir = output or Path("dist") / target.value
     request = Request(wheels=tuple(wheel or ()), recipe=recipe, python=python, platform=platform)
-    with open_builder(options) as chosen, progress_bar(progress) as bar:
-        result = open_request(request, reporter(bar, "planning"))
-        built = build_output(chosen, result, out_dir, reporter(bar, f"building {target}"))
+    with open_builder(options) as chosen:
+        with progress_bar(progress) as bar:  # a bar of its own, gone when the plan is made
+            result = open_request(request, reporter(bar, "planning"))
+        with progress_bar(progress) as bar:
+            built = build_output(chosen, result, out_dir, reporter(bar, f"building {target}"))
     if as_json:
         print(
             json.dumps(

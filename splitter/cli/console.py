@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -23,6 +23,7 @@ from rich.table import Column, Table
 
 from splitter.errors import UsageError
 from splitter.model import Plan
+from splitter.model import Progress as Report
 from splitter.plan.release import (
     Release,
     link_stamps,
@@ -84,7 +85,7 @@ def progress_bar(enabled: bool) -> Iterator[Progress | None]:
         yield bar
 
 
-def reporter(bar: Progress | None, description: str) -> Callable[[str, int, int], None] | None:
+def reporter(bar: Progress | None, description: str) -> Report | None:
     """A progress callback (stage, done, total) drawing one task on `bar`; None without a bar,
     so that the core skips its reports (and the conda target may pack in the build process,
     which would freeze a bar)."""

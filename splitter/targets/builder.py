@@ -101,7 +101,9 @@ def recipe_used(recipe: Recipe) -> tuple[RecipeUsed, bytes]:
     text = recipe.path.read_bytes()
     shipped = recipe.path.resolve() == default_recipe_path().resolve()
     used = RecipeUsed(
-        path=str(recipe.path),
+        # its file name: a path would record the build machine's directories (its sha256 and
+        # the copy say which recipe it was)
+        path=recipe.path.name,
         sha256=hashlib.sha256(text).hexdigest(),
         copy=None if shipped else RECIPE_COPY,
     )

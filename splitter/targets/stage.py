@@ -223,12 +223,6 @@ def parents(path: str) -> list[str]:
 WORKERS = 2
 
 
-def make_parents(path: Path) -> None:
-    """`mkdir -p` of the parent of `path`, each new directory 0755 whatever the umask: a tree
-    staged under umask 077 must not ship 0700 directories."""
-    make_dirs(str(path.parent))
-
-
 def make_dirs(directory: str) -> None:
     """`mkdir -p directory`, each new directory 0755 whatever the umask."""
     missing = []
