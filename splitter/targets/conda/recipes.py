@@ -20,7 +20,7 @@ from splitter.model import Plan
 from splitter.plan.report import verdict_json
 from splitter.targets.conda.meta import conda_depends, run_exports
 from splitter.targets.install import InstallPlan
-from splitter.targets.replay import GENERATED, LIST, install_split, render_replay
+from splitter.targets.replay import GENERATED, LIST, Replay, install_split, render_replay
 
 INSTALL_SH = "install.sh"  # the replay script (splitter.targets.replay), beside each recipe
 NEEDS = {False: "Needs unzip and patchelf.", True: "Needs unzip, install_name_tool and codesign."}
@@ -45,11 +45,13 @@ def write_support(
     install: InstallPlan,
     directory: Path,
     folders: dict[str, str] | None = None,
+    replays: dict[str, Replay] | None = None,
 ) -> None:
     """install.sh and, per package, its install.list and generated/ (shared by both recipes),
-    from the install plan the packages were staged from. `folders` names the support folder
-    of each package to write (default: every package, in a folder named after it); a release
-    gives each Python package one per Python."""
+    from the install plan the packages were staged from (`replays`: each package's, when
+    already rendered). `folders` names the support folder of each package to write (default:
+    every package, in a folder named after it); a release gives each Python package one per
+    Python."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / INSTALL_SH).write_text(install_split())
     (directory / INSTALL_SH).chmod(0o755)
@@ -60,7 +62,7 @@ def write_support(
             continue
         folder = directory / folders[package.name]
         folder.mkdir(parents=True)
-        replay = render_replay(install.of(package.name))
+        replay = (replays or {}).get(package.name) or render_replay(install.of(package.name))
         for path, data, executable in replay.generated:
             target = folder / GENERATED / path
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -214,10 +216,11 @@ def write_recipes(
 ) -> None:
     """Write OUT/rattler-build/ and OUT/conda-build/ (each self-contained)."""
     url = url or source_url(plan)
+    replays = {name: render_replay(install.of(name)) for name in install.packages}
     for name, render, filename in (
         ("rattler-build", render_rattler_recipe, "recipe.yaml"),
         ("conda-build", render_conda_build_meta, "meta.yaml"),
     ):
         directory = out / name
-        write_support(plan, install, directory)
+        write_support(plan, install, directory, replays=replays)
         (directory / filename).write_text(render(plan, builds, url))
