@@ -178,6 +178,39 @@ class Component:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ThirdParty:
+    """Another project's code the recipe says the binaries may carry, and how it is recognised.
+
+    `symbols` are globs (fnmatch, case-sensitive) over the raw exported symbol names as C and
+    C++ spell them (mangled; Mach-O's leading underscore set aside). Each exported symbol counts
+    for the first pattern, in recipe order, that matches it."""
+
+    name: str
+    license: str  # an SPDX licence identifier
+    url: str  # the project's upstream
+    license_repo: str  # owner/name of the repository holding its licence text
+    license_path: str  # the licence text's path in that repository
+    symbols: tuple[str, ...]
+    line: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ComponentFound:
+    """A third-party component found in one binary of the wheel, with the evidence."""
+
+    component: str
+    path: str  # the binary's wheel path
+    package: str  # the package that owns the binary
+    # (pattern, exported symbols it matched), in recipe order; only patterns that matched
+    patterns: tuple[tuple[str, int], ...]
+
+    @property
+    def symbols(self) -> int:
+        """How many exported symbols of the file are this component's."""
+        return sum(count for _, count in self.patterns)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class External:
     """Sonames satisfied by another project, and how each ecosystem names it."""
 
@@ -246,6 +279,7 @@ class Recipe:
     # globs over absolute install names the OS provides (macOS: /usr/lib, /System frameworks)
     system_paths: tuple[str, ...] = ()
     together: tuple[Together, ...] = ()
+    third_party: tuple[ThirdParty, ...] = ()  # [[third_party]], in recipe order
 
     def is_system(self, name: str) -> bool:
         """Whether the platform provides the library a binary loads as `name`."""
@@ -333,6 +367,10 @@ class Plan:
     platform: Platform
     # CMake component -> library file name, for each component whose library the wheel ships
     component_libraries: tuple[tuple[str, str], ...]
+    # third-party components found in the binaries, by path then component
+    third_party: tuple[ComponentFound, ...] = ()
+    # the recipe's third-party components found in no file of this wheel
+    third_party_missing: tuple[str, ...] = ()
 
     def package(self, name: str) -> PackagePlan:
         """The package called `name`."""

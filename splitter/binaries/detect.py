@@ -33,3 +33,11 @@ def exported_symbols(path: str, data: bytes) -> frozenset[str]:
     if is_macho(data):
         return macho.exported_symbols(path, data)
     return elf.exported_symbols(path, data)
+
+
+def analyse_with_exports(path: str, data: bytes) -> tuple[BinaryInfo, tuple[str, ...]]:
+    """analyse_binary(path, data) and the names the binary exports as C and C++ spell them
+    (Mach-O's leading underscore set aside): what third-party patterns are matched against."""
+    if is_macho(data):
+        return macho.analyse_with_exports(path, data)
+    return analyse_elf(path, data), elf.exported_names(path, data)

@@ -321,3 +321,42 @@ def has_debug_info(data: bytes) -> bool:
         return ELFFile(io.BytesIO(data)).get_section_by_name(".debug_info") is not None
     except (ELFError, struct.error, ValueError, ArithmeticError, AssertionError):
         return False
+
+
+SECTION_HEADER = struct.Struct("<IIQQQQIIQQ")  # Elf64_Shdr, little-endian
+SYMBOL = struct.Struct("<IBBHQQ")  # Elf64_Sym, little-endian
+SHT_DYNSYM = 11
+EXPORTED_BINDS = (1, 2, 10)  # STB_GLOBAL, STB_WEAK, STB_GNU_UNIQUE
+EXPORTED_VISIBILITIES = (0, 3)  # STV_DEFAULT, STV_PROTECTED
+
+
+def exported_names(path: str, data: bytes) -> tuple[str, ...]:
+    """The names exported_symbols gives, read with struct from `.dynsym` of a 64-bit
+    little-endian file (pyelftools builds an object per symbol: tens of thousands per wheel);
+    other files are read by exported_symbols."""
+    if data[:6] != b"\x7fELF\x02\x01" or len(data) < 64:
+        return tuple(exported_symbols(path, data))
+    (shoff,) = struct.unpack_from("<Q", data, 40)
+    shentsize, shnum = struct.unpack_from("<HH", data, 58)
+    if shentsize != SECTION_HEADER.size or shoff + shnum * shentsize > len(data):
+        return tuple(exported_symbols(path, data))
+    headers = [SECTION_HEADER.unpack_from(data, shoff + i * shentsize) for i in range(shnum)]
+    dynsym = next((h for h in headers if h[1] == SHT_DYNSYM), None)
+    if dynsym is None:
+        return ()
+    offset, size, link = dynsym[4], dynsym[5], dynsym[6]
+    if link >= shnum or offset + size > len(data):
+        return tuple(exported_symbols(path, data))
+    strings = data[headers[link][4] : headers[link][4] + headers[link][5]]
+    names = []
+    for name_at, info, other, shndx, _, _ in SYMBOL.iter_unpack(
+        data[offset : offset + size // SYMBOL.size * SYMBOL.size]
+    ):
+        if (
+            name_at
+            and shndx != 0
+            and info >> 4 in EXPORTED_BINDS
+            and other & 3 in EXPORTED_VISIBILITIES
+        ):
+            names.append(strings[name_at : strings.find(b"\0", name_at)].decode("utf-8", "replace"))
+    return tuple(names)

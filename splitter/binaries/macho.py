@@ -12,6 +12,7 @@ unknown, not zero.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from splitter.binaries.machoread import LC_LOAD_WEAK_DYLIB, MachO, fixups, read_macho, symbols
 from splitter.binaries.stamps import Spans, unstamped_digest
@@ -35,11 +36,23 @@ def is_macho(data: bytes) -> bool:
 def analyse_macho(path: str, data: bytes, registrations: bool = True) -> BinaryInfo:
     """Describe the Mach-O file `data` found at wheel path `path`; without `registrations`,
     only the dynamic-linking facts."""
+    return _analyse(path, data, registrations)[0]
+
+
+def analyse_with_exports(path: str, data: bytes) -> tuple[BinaryInfo, tuple[str, ...]]:
+    """analyse_macho's record and the names the file exports as C and C++ spell them, from one
+    read of the symbol table."""
+    info, exported = _analyse(path, data, True)
+    return info, _spelled(exported)
+
+
+def _analyse(path: str, data: bytes, registrations: bool) -> tuple[BinaryInfo, set[str]]:
     macho = read_macho(path, data)
     registry = Registry.NONE
     operators: tuple[str, ...] = ()
     schemas: tuple[str, ...] = ()
     known = True
+    exported: set[str] = set()
     if registrations:
         exported, imported = symbols(macho, path, data)
         if REGISTER_KERNELS in exported:
@@ -52,7 +65,7 @@ def analyse_macho(path: str, data: bytes, registrations: bool = True) -> BinaryI
             known = bool(operators) or registry == Registry.OWNS
         if any(TORCH_DEF in name for name in imported):
             schemas = _torch_schemas(macho, data)
-    return BinaryInfo(
+    info = BinaryInfo(
         path=path,
         machine=macho.cpu_type,  # CPU_TYPE_ARM64
         soname=macho.install_name,
@@ -66,6 +79,7 @@ def analyse_macho(path: str, data: bytes, registrations: bool = True) -> BinaryI
         operators_known=known,
         unstamped_sha256=unstamped_digest(data, _stamped_spans(macho)),
     )
+    return info, exported
 
 
 def _kernel_operators(macho: MachO, path: str, data: bytes) -> tuple[str, ...]:
@@ -109,3 +123,9 @@ def exported_symbols(path: str, data: bytes) -> frozenset[str]:
     """The external symbols the Mach-O file `data` defines (its symbol table)."""
     macho = read_macho(path, data)
     return frozenset(symbols(macho, path, data)[0])
+
+
+def _spelled(exported: Iterable[str]) -> tuple[str, ...]:
+    """Exported names as C and C++ spell them: without the leading underscore Mach-O adds to
+    every name (`__ZN5Eigen...` is `_ZN5Eigen...`)."""
+    return tuple(n[1:] if n.startswith("_") else n for n in exported)

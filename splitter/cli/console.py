@@ -191,6 +191,27 @@ def show_plan(result: Plan) -> None:
         out.print(f"process-exclusive {verdict.first} / {verdict.second}: {state_text}")
         for line in verdict.evidence:
             out.print(f"  - {line}")
+    _show_third_party(result)
+
+
+def _show_third_party(result: Plan) -> None:
+    """One row per (component, package): its files and exported symbols; then the recipe's
+    components this wheel does not carry."""
+    if not result.recipe.third_party:
+        return
+    rows: dict[tuple[str, str], list[int]] = {}
+    for found in result.third_party:
+        row = rows.setdefault((found.component, found.package), [0, 0])
+        row[0] += 1
+        row[1] += found.symbols
+    table = make_table("component", "package", "files", "symbols")
+    for (component, package), (files, symbols) in sorted(
+        rows.items(), key=lambda row: (row[0][0].casefold(), row[0][1])
+    ):
+        table.add_row(component, package, str(files), f"{symbols:,}")
+    out.print(table)
+    if result.third_party_missing:
+        out.print(f"third-party components not found: {', '.join(result.third_party_missing)}")
 
 
 def show_summary(built: Built, plan: Plan) -> None:

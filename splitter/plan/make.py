@@ -12,7 +12,7 @@ from types import MappingProxyType
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from splitter.binaries.detect import analyse_binary, is_binary
+from splitter.binaries.detect import analyse_with_exports, is_binary
 from splitter.errors import (
     BinaryError,
     OwnershipError,
@@ -33,6 +33,7 @@ from splitter.plan.exclusive import check_verdicts_against_depends, judge_exclus
 from splitter.plan.facts import conda_requirements, decide_platform
 from splitter.plan.layout import LIB, check_together
 from splitter.plan.selector import Selector
+from splitter.plan.thirdparty import Matcher, found_in, missing
 
 VERSION_FILE = "executorch/version.py"
 # PEP 440 characters only: the value lands in CMake comments and package metadata verbatim.
@@ -49,6 +50,8 @@ def make_plan(
     `known`: the members the release's earlier plans verified (see read_wheel)."""
     binaries: list[BinaryInfo] = []
     build_version: list[str] = []
+    matcher = Matcher(recipe.third_party)
+    counts: dict[str, dict[tuple[str, str], int]] = {}
     seen = 0
 
     def wants(path: str, head: bytes) -> bool:
@@ -62,7 +65,11 @@ def make_plan(
         if data is None:
             return
         if is_binary(data):
-            binaries.append(analyse_binary(path, data))
+            info, names = analyse_with_exports(path, data)
+            binaries.append(info)
+            hits = matcher.count(names)
+            if hits:
+                counts[path] = hits
         elif path == VERSION_FILE:
             match = VERSION_ASSIGNMENT.search(data)
             if match:
@@ -90,6 +97,7 @@ def make_plan(
         if library in shipped
     )
     sizes = {e.path: e.size for e in wheel.entries}
+    third_party = found_in(matcher, counts, owners)
     packages = []
     for spec in recipe.packages:
         files = tuple(sorted(p for p, (pkg, _) in owners.items() if pkg == spec.name))
@@ -126,6 +134,8 @@ def make_plan(
         build_version=build_version[0] if build_version else wheel.version,
         platform=platform,
         component_libraries=component_libraries,
+        third_party=third_party,
+        third_party_missing=missing(recipe.third_party, third_party),
     )
 
 

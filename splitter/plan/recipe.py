@@ -24,6 +24,10 @@ from splitter.model import (
     Together,
 )
 from splitter.plan.recipetext import Source, check_keys, not_toml
+from splitter.plan.recipetext import required as _get
+from splitter.plan.recipetext import strings as _strings
+from splitter.plan.recipetext import typed as _typed
+from splitter.plan.recipethird import read_third_party
 
 DEFAULT_RECIPE = "executorch.toml"
 SCHEMAS = (1,)  # the `[recipe] schema` versions this loader reads
@@ -73,27 +77,6 @@ def _check_schema(source: Source, doc: dict[str, Any]) -> None:
             f"this splitter reads recipe schema {', '.join(map(str, SCHEMAS))}; "
             "upgrade splitter or rewrite the recipe for that schema",
         )
-
-
-def _get(source: Source, table: dict[str, Any], key: str, kind: type, where: str) -> Any:
-    if key not in table:
-        raise source.error(f"{where}.{key}".lstrip("."), f"missing required key '{key}'")
-    return _typed(source, table[key], kind, f"{where}.{key}".lstrip("."))
-
-
-def _typed(source: Source, value: Any, kind: type, where: str) -> Any:
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise source.error(where, f"expected {kind.__name__}, got {type(value).__name__}")
-    return value
-
-
-def _strings(source: Source, value: Any, where: str) -> tuple[str, ...]:
-    if isinstance(value, str):
-        return (value,)
-    items = _typed(source, value, list, where)
-    for index, item in enumerate(items):
-        _typed(source, item, str, f"{where}[{index}]")
-    return tuple(items)
 
 
 def _string_map(source: Source, value: Any, where: str) -> dict[str, str]:
@@ -229,6 +212,7 @@ def _build(source: Source, doc: dict[str, Any]) -> Recipe:
 
     return Recipe(
         together=_together(source, doc),
+        third_party=read_third_party(source, doc),
         path=source.path,
         project=project,
         default_version=default_version,

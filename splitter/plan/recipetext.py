@@ -63,6 +63,30 @@ class Source:
         return RecipeError(f"{message}\n{fix}" if fix else message)
 
 
+def required(source: Source, table: dict[str, Any], key: str, kind: type, where: str) -> Any:
+    """`table[key]`, which must be there and be a `kind`; `where` is the table's key path."""
+    if key not in table:
+        raise source.error(f"{where}.{key}".lstrip("."), f"missing required key '{key}'")
+    return typed(source, table[key], kind, f"{where}.{key}".lstrip("."))
+
+
+def typed(source: Source, value: Any, kind: type, where: str) -> Any:
+    """`value`, which must be a `kind` (a bool is not an int); `where` names it."""
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise source.error(where, f"expected {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def strings(source: Source, value: Any, where: str) -> tuple[str, ...]:
+    """A string or a list of strings, as a tuple."""
+    if isinstance(value, str):
+        return (value,)
+    items = typed(source, value, list, where)
+    for index, item in enumerate(items):
+        typed(source, item, str, f"{where}[{index}]")
+    return tuple(items)
+
+
 # The keys each table of a recipe may hold, by shape: "table" is one table, "each" a table of
 # named tables, "array" an array of tables. system.conda, conda.names and
 # the names and system maps of deb and rpm are free-form maps.
@@ -78,6 +102,10 @@ _KEYS: dict[str, tuple[str, frozenset[str]]] = {
     "rpm": ("table", frozenset({"release", "maintainer", "names", "dev_names", "system"})),
     "process_exclusive": ("array", frozenset({"first", "second", "reason", "platforms"})),
     "together": ("array", frozenset({"files", "reason", "platforms"})),
+    "third_party": (
+        "array",
+        frozenset({"name", "license", "url", "license_text", "symbols"}),
+    ),
 }
 
 

@@ -130,6 +130,25 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             for b in plan.binaries
         ],
         "process_exclusive": [verdict_json(v) for v in plan.exclusive],
+        "third_party": third_party_json(plan),
+    }
+
+
+def third_party_json(plan: Plan) -> dict[str, Any]:
+    """The recipe's third-party components found in the binaries (per file, with the patterns
+    and their symbol counts), and those found in no file of this wheel."""
+    return {
+        "found": [
+            {
+                "component": f.component,
+                "path": f.path,
+                "package": f.package,
+                "symbols": f.symbols,
+                "patterns": dict(f.patterns),
+            }
+            for f in plan.third_party
+        ],
+        "not_found": list(plan.third_party_missing),
     }
 
 

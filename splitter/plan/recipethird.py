@@ -1,0 +1,100 @@
+"""The recipe's [[third_party]] tables: other projects' code the binaries may carry, each with
+its licence and the exported-symbol patterns that recognise it, checked as they are read."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from splitter.model import ThirdParty
+from splitter.plan.recipetext import Source, required, strings, typed
+
+# One SPDX licence (an identifier or a LicenseRef-, with an exception if any): a package's
+# expression is computed from its components, never declared.
+SPDX_ID = re.compile(
+    r"(?:LicenseRef-)?[A-Za-z0-9][A-Za-z0-9.+-]*(?: WITH [A-Za-z0-9][A-Za-z0-9.+-]*)?"
+)
+REPOSITORY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
+# A symbol pattern starts with a literal prefix (no wildcard first: it would claim other
+# projects' symbols) and holds no white space and no character class, which fnmatch would
+# read differently from nm's users.
+PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*[*?]?[A-Za-z0-9_$.*?]*")
+
+
+def read_third_party(source: Source, doc: dict[str, Any]) -> tuple[ThirdParty, ...]:
+    """Every [[third_party]] table, typed and checked; a problem names its line."""
+    found: list[ThirdParty] = []
+    claimed: dict[str, str] = {}
+    for index, table in enumerate(typed(source, doc.get("third_party", []), list, "third_party")):
+        where = f"third_party[{index}]"
+        typed(source, table, dict, where)
+        name = required(source, table, "name", str, where)
+        if not name.strip() or any(t.name == name for t in found):
+            raise source.error(
+                f"{where}.name",
+                f"a third-party component needs a name of its own: {name!r}",
+                "name each component once, as its project calls itself",
+            )
+        licence = required(source, table, "license", str, where)
+        if not SPDX_ID.fullmatch(licence):
+            raise source.error(
+                f"{where}.license",
+                f"not an SPDX licence identifier: {licence!r}",
+                'write the one identifier from https://spdx.org/licenses/, e.g. "Apache-2.0"',
+            )
+        url = required(source, table, "url", str, where)
+        if not url.startswith("https://"):
+            raise source.error(
+                f"{where}.url", f"not an https URL: {url!r}", "give the project's upstream"
+            )
+        text = required(source, table, "license_text", dict, where)
+        repo = required(source, text, "repo", str, f"{where}.license_text")
+        path = required(source, text, "path", str, f"{where}.license_text")
+        if not REPOSITORY.fullmatch(repo) or not path or path.startswith("/"):
+            raise source.error(
+                f"{where}.license_text",
+                f"not a repository and a path in it: {repo!r}, {path!r}",
+                'write license_text = { repo = "owner/name", path = "LICENSE" }',
+            )
+        extra = sorted(set(text) - {"repo", "path"})
+        if extra:
+            raise source.error(
+                f"{where}.license_text",
+                f"unknown key '{extra[0]}' in license_text",
+                "license_text holds repo and path",
+            )
+        symbols = strings(
+            source, required(source, table, "symbols", list, where), f"{where}.symbols"
+        )
+        if not symbols:
+            raise source.error(
+                f"{where}.symbols",
+                "no symbol patterns",
+                'list the globs that recognise its exported symbols, e.g. ["xnn_*"]',
+            )
+        for pattern in symbols:
+            if not PATTERN.fullmatch(pattern):
+                raise source.error(
+                    f"{where}.symbols",
+                    f"not a symbol pattern (a literal prefix, then * or ? globs): {pattern!r}",
+                    "start with the symbol's literal prefix, e.g. _ZN5Eigen* or xnn_*",
+                )
+            if pattern in claimed:
+                raise source.error(
+                    f"{where}.symbols",
+                    f"pattern {pattern!r} is already {claimed[pattern]}'s",
+                    "give each pattern to one component",
+                )
+            claimed[pattern] = name
+        found.append(
+            ThirdParty(
+                name=name,
+                license=licence,
+                url=url,
+                license_repo=repo,
+                license_path=path,
+                symbols=symbols,
+                line=source.line(where),
+            )
+        )
+    return tuple(found)

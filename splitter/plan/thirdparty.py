@@ -1,0 +1,90 @@
+"""Which third-party components each binary carries, from its exported symbols and the
+recipe's patterns, compiled once per plan: at most one match per symbol."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+
+from splitter.model import ComponentFound, ThirdParty
+
+
+class Matcher:
+    """The recipe's symbol patterns, compiled once; a symbol counts for the first pattern, in
+    recipe order, that matches it.
+
+    Patterns are bucketed by their first literal characters (every pattern starts with a
+    literal prefix, as the recipe checks), so a symbol is tried only against the patterns that
+    can match it: one dictionary look-up for most symbols, one short expression for the rest
+    (measured: a single expression of all ~90 patterns costs 2 us a symbol)."""
+
+    def __init__(self, components: tuple[ThirdParty, ...]) -> None:
+        self.keys = [(c.name, p) for c in components for p in c.symbols]
+        self.order = {key: index for index, key in enumerate(self.keys)}
+        literal = [len(re.split(r"[*?]", pattern, maxsplit=1)[0]) for _, pattern in self.keys]
+        self.width = max(1, min(literal, default=1))
+        grouped: dict[str, list[str]] = {}
+        for index, (_, pattern) in enumerate(self.keys):
+            grouped.setdefault(pattern[: self.width], []).append(
+                f"(?P<p{index}>{_expression(pattern)})"
+            )
+        self.buckets = {
+            key: re.compile("|".join(group), re.DOTALL).match for key, group in grouped.items()
+        }
+
+    def count(self, names: Iterable[str]) -> dict[tuple[str, str], int]:
+        """(component, pattern) -> how many of `names` it matched; only those that did."""
+        buckets, width = self.buckets, self.width
+        hits: Counter[str] = Counter()
+        if not buckets:
+            return {}
+        for name in names:
+            match = buckets.get(name[:width])
+            if match is not None:
+                found = match(name)
+                if found is not None:
+                    hits[found.lastgroup or ""] += 1
+        return {self.keys[int(group[1:])]: count for group, count in hits.items()}
+
+
+def _expression(pattern: str) -> str:
+    """The glob `pattern` as an expression for re.match (anchored at the start): `*` any run
+    of characters, `?` one; a trailing `*` needs no scan to the end of the name."""
+    body = "".join(
+        ".*" if part == "*" else "." if part == "?" else re.escape(part)
+        for part in re.split(r"([*?])", pattern)
+        if part
+    )
+    return body[:-2] if body.endswith(".*") else rf"{body}\Z"
+
+
+def found_in(
+    matcher: Matcher,
+    counts: Mapping[str, dict[tuple[str, str], int]],
+    owners: Mapping[str, tuple[str, int]],
+) -> tuple[ComponentFound, ...]:
+    """One record per (binary, component) with evidence, from each path's pattern counts."""
+    found = []
+    for path in sorted(counts):
+        by_component: dict[str, list[tuple[str, str]]] = {}
+        for key in sorted(counts[path], key=matcher.order.__getitem__):
+            by_component.setdefault(key[0], []).append(key)
+        for component in sorted(by_component):
+            found.append(
+                ComponentFound(
+                    component=component,
+                    path=path,
+                    package=owners[path][0],
+                    patterns=tuple((p, counts[path][(c, p)]) for c, p in by_component[component]),
+                )
+            )
+    return tuple(found)
+
+
+def missing(
+    components: tuple[ThirdParty, ...], found: tuple[ComponentFound, ...]
+) -> tuple[str, ...]:
+    """The declared components found in no file, in recipe order."""
+    seen = {f.component for f in found}
+    return tuple(c.name for c in components if c.name not in seen)

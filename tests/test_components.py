@@ -1,0 +1,172 @@
+"""Third-party components in the binaries: the plan's findings against an independent scan
+(binutils `nm -D` for ELF, LLVM's `llvm-nm` for Mach-O) with the recipe's own patterns, and
+malformed [[third_party]] tables refused with their line."""
+
+from __future__ import annotations
+
+import fnmatch
+import shutil
+import subprocess
+import zipfile
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from splitter.errors import RecipeError
+from splitter.model import Recipe
+from splitter.plan.make import make_plan
+from splitter.plan.recipe import load_recipe
+
+SHIPPED = Path(__file__).resolve().parents[1] / "recipes" / "executorch.toml"
+ELF, MACHO = b"\x7fELF", b"\xcf\xfa\xed\xfe"
+LLVM_NM = "llvm-nm-14"
+
+
+def scan(wheel: Path, directory: Path) -> dict[tuple[str, str], Counter[str]]:
+    """(path, component) -> pattern counts, from nm / llvm-nm output of every binary."""
+    recipe = load_recipe()
+    patterns = [(c.name, p) for c in recipe.third_party for p in c.symbols]
+    found: dict[tuple[str, str], Counter[str]] = {}
+    with zipfile.ZipFile(wheel) as archive:
+        for member in archive.namelist():
+            data = archive.read(member)
+            if data[:4] not in (ELF, MACHO):
+                continue
+            target = directory / member
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            macho = data[:4] == MACHO
+            command = (
+                [LLVM_NM, "--defined-only", "--extern-only", str(target)]
+                if macho
+                else ["nm", "-D", "--defined-only", str(target)]
+            )
+            listing = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+            for line in listing.splitlines():
+                name = line.split()[-1].split("@")[0]  # ELF: name@@VERSION
+                if macho:
+                    name = name.removeprefix("_")
+                hit = next(((c, p) for c, p in patterns if fnmatch.fnmatchcase(name, p)), None)
+                if hit is not None:
+                    found.setdefault((member, hit[0]), Counter())[hit[1]] += 1
+    return found
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    "fixture", ["real_wheel", "real_wheel_aarch64", "real_wheel_macos"], ids=str
+)
+def test_components_match_nm(fixture: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """Every component is found in exactly the files nm finds its symbols in, same counts."""
+    if shutil.which("nm") is None or shutil.which(LLVM_NM) is None:
+        pytest.skip(f"needs binutils nm and {LLVM_NM}")
+    wheel: Path = request.getfixturevalue(fixture)
+    plan = make_plan(wheel, load_recipe())
+    expected = scan(wheel, tmp_path)
+    got = {(f.path, f.component): Counter(dict(f.patterns)) for f in plan.third_party}
+    assert got == expected
+    assert all(f.package == plan.owners[f.path][0] for f in plan.third_party)
+    seen = {component for _, component in expected}
+    assert plan.third_party_missing == tuple(
+        c.name for c in plan.recipe.third_party if c.name not in seen
+    )
+    # the survey this recipe was written from: each wheel carries these
+    assert {"XNNPACK", "Eigen", "flatcc", "cpuinfo", "abseil", "CMSIS-NN"} <= seen
+    if fixture != "real_wheel":
+        assert "KleidiAI" in seen
+    if fixture == "real_wheel_macos":
+        assert {"MLX", "metal-cpp"} <= seen
+
+
+THIRD_PARTY = """
+[[third_party]]
+name = "Example"
+license = "MIT"
+url = "https://example.org/example"
+license_text = { repo = "example/example", path = "LICENSE" }
+symbols = ["example_*"]
+"""
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "what", "key"),
+    [
+        pytest.param(
+            'symbols = ["example_*"]',
+            'symbols = ["*example"]',
+            "not a symbol pattern (a literal prefix, then * or ? globs): '*example'",
+            "third_party[19].symbols",
+            id="wildcard-first",
+        ),
+        pytest.param(
+            'symbols = ["example_*"]',
+            'symbols = ["xnn_*"]',
+            "pattern 'xnn_*' is already XNNPACK's",
+            "third_party[19].symbols",
+            id="pattern-twice",
+        ),
+        pytest.param(
+            'license = "MIT"\n',
+            "",
+            "missing required key 'license'",
+            "third_party[19].license",
+            id="no-license",
+        ),
+        pytest.param(
+            'license = "MIT"',
+            'license = "MIT or BSD"',
+            "not an SPDX licence identifier: 'MIT or BSD'",
+            "third_party[19].license",
+            id="expression",
+        ),
+        pytest.param(
+            'path = "LICENSE" }',
+            'file = "LICENSE" }',
+            "missing required key 'path'",
+            "third_party[19].license_text.path",
+            id="license-text-without-path",
+        ),
+        pytest.param(
+            'symbols = ["example_*"]',
+            "symbols = []",
+            "no symbol patterns",
+            "third_party[19].symbols",
+            id="no-patterns",
+        ),
+    ],
+)
+def test_bad_third_party_is_refused_with_its_line(
+    old: str, new: str, what: str, key: str, tmp_path: Path
+) -> None:
+    """A malformed [[third_party]] table: RecipeError naming the file, line and key."""
+    assert len(load_recipe().third_party) == 19  # the index in the keys above
+    text = SHIPPED.read_text(encoding="utf-8") + THIRD_PARTY.replace(old, new)
+    path = tmp_path / "bad.toml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(RecipeError) as info:
+        load_recipe(path)
+    first = str(info.value).splitlines()[0]
+    lines = text.splitlines()
+    header = max(n for n, line in enumerate(lines, 1) if line == "[[third_party]]")
+    leaf = key.split(".")[1]  # the table's own key: a nested one is on its line
+    at = next(
+        (n for n, line in enumerate(lines, 1) if n > header and line.startswith(f"{leaf} =")),
+        header,
+    )
+    assert what in first
+    assert f"(recipe key {key})" in first
+    assert first.endswith(f": {path}:{at}")
+
+
+def test_recipe_declares_components() -> None:
+    """The shipped recipe reads into typed records with their lines."""
+    recipe: Recipe = load_recipe()
+    xnnpack = recipe.third_party[0]
+    assert (xnnpack.name, xnnpack.license, xnnpack.symbols) == (
+        "XNNPACK",
+        "BSD-3-Clause",
+        ("xnn_*",),
+    )
+    text = SHIPPED.read_text(encoding="utf-8").splitlines()
+    assert text[xnnpack.line - 1] == "[[third_party]]"
