@@ -3,6 +3,7 @@ the CLI as a user does."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -101,6 +102,19 @@ def replace_member(wheel: Path, name: str, data: bytes) -> None:
             info.compress_type = zipfile.ZIP_STORED
             target.writestr(info, content)
     replacement.replace(wheel)
+
+
+def verify_refuses_altered(out: Path, name: str, work: Path) -> None:
+    """A copy of OUT with its file `name` grown by a byte: `splitter verify` refuses it
+    before installing anything, exit 14, naming the file."""
+    copy = work / name.replace(".", "-")
+    shutil.copytree(out, copy)
+    with (copy / name).open("ab") as stream:
+        stream.write(b"\n")
+    result = run_splitter("verify", "--only", "depends", str(copy), timeout=300)
+    assert result.returncode == 14, result.stderr
+    assert f"changed since the build (sha256 differs): {copy / name}" in result.stderr
+    shutil.rmtree(copy)
 
 
 def run_splitter(

@@ -24,10 +24,6 @@ from splitter.platforms import (
 MACOS_TAG = re.compile(r"macosx_(\d+)_(\d+)_(\w+)")
 LEGACY_GLIBC = {"manylinux2014": "2.17", "manylinux2010": "2.12", "manylinux1": "2.5"}
 
-# Views of splitter.platforms for the modules that still read these names: the macOS conda
-# subdir of a machine; the Linux architecture of a machine (one with a Debian name), as the
-# deb and rpm targets call the platform record.
-
 
 def subdir_of_tag(tag: str) -> str:
     """The conda subdir of a wheel platform tag ("" when splitter builds for none)."""

@@ -89,17 +89,9 @@ def check_build_request(
                 if platforms == "all":
                     raise all_platforms_refused(limits, wheel.subdir)
                 raise unsupported_platform(limits, wheel.tag, wheel.describe())
-    if not limits.one_python_per_platform:
-        return
-    by_subdir: dict[str, list[str]] = {}
-    for wheel in wheels:
-        if wheel.subdir and wheel.python:
-            by_subdir.setdefault(wheel.subdir, [])
-            if wheel.python not in by_subdir[wheel.subdir]:
-                by_subdir[wheel.subdir].append(wheel.python)
-    for subdir, found in sorted(by_subdir.items()):
-        if len(found) > 1:
-            raise several_pythons(limits.target, subdir, sorted(found, key=_version_key))
+    # a requirement named twice for one Python is one wheel: the release check's to refuse
+    named = dict.fromkeys((w.subdir, w.python) for w in wheels if w.subdir and w.python)
+    _one_python_each(limits, list(named))
 
 
 def check_planned(plans: Sequence[Plan], limits: Limits) -> Sequence[Plan]:
@@ -111,15 +103,23 @@ def check_planned(plans: Sequence[Plan], limits: Limits) -> Sequence[Plan]:
     for plan in plans:
         if limits.platforms is not None and plan.platform.conda_subdir not in limits.platforms:
             raise unsupported_platform(limits, plan.platform.tag, plan.wheel.filename)
-    if limits.one_python_per_platform:
-        by_subdir: dict[str, list[str]] = {}
-        for plan in plans:
-            python = "{}.{}".format(*plan.platform.python)
-            by_subdir.setdefault(plan.platform.conda_subdir, []).append(python)
-        for subdir, found in sorted(by_subdir.items()):
-            if len(found) > 1:  # two wheels of one Python too: one python3, one package name
-                raise several_pythons(limits.target, subdir, sorted(found, key=_version_key))
+    # two wheels of one Python too: one python3, one package name
+    _one_python_each(
+        limits, [(p.platform.conda_subdir, "{}.{}".format(*p.platform.python)) for p in plans]
+    )
     return plans
+
+
+def _one_python_each(limits: Limits, wheels: Sequence[tuple[str, str]]) -> None:
+    """Refuse several (subdir, Python) wheels of one platform where `limits` say one."""
+    if not limits.one_python_per_platform:
+        return
+    by_subdir: dict[str, list[str]] = {}
+    for subdir, python in wheels:
+        by_subdir.setdefault(subdir, []).append(python)
+    for subdir, found in sorted(by_subdir.items()):
+        if len(found) > 1:
+            raise several_pythons(limits.target, subdir, sorted(found, key=_version_key))
 
 
 def unsupported_platform(limits: Limits, tag: str, wheel: str) -> UsageError:

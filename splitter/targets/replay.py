@@ -153,7 +153,6 @@ def render_replay(files: Iterable[InstallFile], prefix: str = "") -> Replay:
     rows = []
     generated = []
     # string operations rather than posixpath's: this runs for every file of every package
-    # (4,600 in the x86_64 wheel), twice for a conda build's two recipes
     lead = f"{prefix}/" if prefix else ""
     for item in files:
         path = lead + item.path
