@@ -183,26 +183,34 @@ class ThirdParty:
 
     `symbols` are globs (fnmatch, case-sensitive) over the raw exported symbol names as C and
     C++ spell them (mangled; Mach-O's leading underscore set aside). Each exported symbol counts
-    for the first pattern, in recipe order, that matches it."""
+    for the first pattern, in recipe order, that matches it. `paths` are globs over wheel
+    paths: files that are the component's own (headers copied from it, its tools)."""
 
     name: str
     license: str  # an SPDX licence identifier
     url: str  # the project's upstream
     license_repo: str  # owner/name of the repository holding its licence text
     license_path: str  # the licence text's path in that repository
+    license_revision: str  # the commit it was copied from
+    license_file: str  # where the copy is, relative to the recipe: licenses/<name>/<file>
+    license_text: bytes = field(repr=False)  # the copy, verbatim
     symbols: tuple[str, ...]
+    paths: tuple[str, ...] = ()
     line: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ComponentFound:
-    """A third-party component found in one binary of the wheel, with the evidence."""
+    """A third-party component found in one file of the wheel, with the evidence: exported
+    symbols of a binary, or the file's path."""
 
     component: str
-    path: str  # the binary's wheel path
-    package: str  # the package that owns the binary
+    path: str  # the file's wheel path
+    package: str  # the package that owns the file
     # (pattern, exported symbols it matched), in recipe order; only patterns that matched
     patterns: tuple[tuple[str, int], ...]
+    # the recipe's path patterns that match the file itself
+    paths: tuple[str, ...] = ()
 
     @property
     def symbols(self) -> int:
@@ -315,6 +323,10 @@ class PackagePlan:
     cmake_components: tuple[str, ...]
     sonames: tuple[str, ...]
     conda_requires: tuple[str, ...]  # a Python package: the wheel's Requires-Dist in conda names
+    # the SPDX licence expression of what it holds: the project's and every third-party
+    # component's found in its files (splitter.plan.licences)
+    license: str = ""
+    third_party: tuple[str, ...] = ()  # those components, in recipe order
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,6 +1,7 @@
 """Third-party components in the binaries: the plan's findings against an independent scan
-(binutils `nm -D` for ELF, LLVM's `llvm-nm` for Mach-O) with the recipe's own patterns, and
-malformed [[third_party]] tables refused with their line."""
+(binutils `nm -D` for ELF, LLVM's `llvm-nm` for Mach-O, zipfile's names for the path patterns
+with `strings` corroborating each binary recognised by its path) with the recipe's own
+patterns, and malformed [[third_party]] tables refused with their line."""
 
 from __future__ import annotations
 
@@ -65,18 +66,40 @@ def test_components_match_nm(fixture: str, request: pytest.FixtureRequest, tmp_p
     plan = make_plan(wheel, load_recipe())
     expected = scan(wheel, tmp_path)
     got = {(f.path, f.component): Counter(dict(f.patterns)) for f in plan.third_party}
+    by_path = {
+        (member, c.name)
+        for member in zipfile.ZipFile(wheel).namelist()
+        for c in plan.recipe.third_party
+        if not member.endswith("/") and any(fnmatch.fnmatchcase(member, p) for p in c.paths)
+    }
+    for key in by_path:
+        expected.setdefault(key, Counter())
     assert got == expected
+    assert {(f.path, f.component) for f in plan.third_party if f.paths} == by_path
+    for member, component in by_path:  # a binary known by its path names its project
+        if (tmp_path / member).exists():
+            listing = subprocess.run(
+                ["strings", "-n", "6", str(tmp_path / member)],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            assert component.casefold() in listing.casefold(), (member, component)
     assert all(f.package == plan.owners[f.path][0] for f in plan.third_party)
     seen = {component for _, component in expected}
     assert plan.third_party_missing == tuple(
         c.name for c in plan.recipe.third_party if c.name not in seen
     )
     # the survey this recipe was written from: each wheel carries these
-    assert {"XNNPACK", "Eigen", "flatcc", "cpuinfo", "abseil", "CMSIS-NN"} <= seen
+    assert {"XNNPACK", "Eigen", "flatcc", "cpuinfo", "abseil", "CMSIS-NN", "PyTorch"} <= seen
+    assert ("executorch/data/bin/flatc", "flatbuffers") in by_path
+    c10 = [m for m, c in by_path if c == "PyTorch"]
+    assert len(c10) == 25 and all("/portable_type/c10/" in m for m in c10)
     if fixture != "real_wheel":
         assert "KleidiAI" in seen
     if fixture == "real_wheel_macos":
         assert {"MLX", "metal-cpp"} <= seen
+        assert ("executorch/lib/mlx.metallib", "MLX") in by_path
 
 
 THIRD_PARTY = """
@@ -84,9 +107,9 @@ THIRD_PARTY = """
 name = "Example"
 license = "MIT"
 url = "https://example.org/example"
-license_text = { repo = "example/example", path = "LICENSE" }
+license_text = { repo = "example/example", path = "LICENSE", revision = "%s" }
 symbols = ["example_*"]
-"""
+""" % ("0123456789abcdef" * 3)[:40]
 
 
 @pytest.mark.parametrize(
@@ -96,43 +119,64 @@ symbols = ["example_*"]
             'symbols = ["example_*"]',
             'symbols = ["*example"]',
             "not a symbol pattern (a literal prefix, then * or ? globs): '*example'",
-            "third_party[19].symbols",
+            "third_party[20].symbols",
             id="wildcard-first",
         ),
         pytest.param(
             'symbols = ["example_*"]',
             'symbols = ["xnn_*"]',
             "pattern 'xnn_*' is already XNNPACK's",
-            "third_party[19].symbols",
+            "third_party[20].symbols",
             id="pattern-twice",
         ),
         pytest.param(
             'license = "MIT"\n',
             "",
             "missing required key 'license'",
-            "third_party[19].license",
+            "third_party[20].license",
             id="no-license",
         ),
         pytest.param(
             'license = "MIT"',
             'license = "MIT or BSD"',
             "not an SPDX licence identifier: 'MIT or BSD'",
-            "third_party[19].license",
+            "third_party[20].license",
             id="expression",
         ),
         pytest.param(
-            'path = "LICENSE" }',
-            'file = "LICENSE" }',
+            'path = "LICENSE",',
+            'file = "LICENSE",',
             "missing required key 'path'",
-            "third_party[19].license_text.path",
+            "third_party[20].license_text.path",
             id="license-text-without-path",
         ),
         pytest.param(
             'symbols = ["example_*"]',
             "symbols = []",
-            "no symbol patterns",
-            "third_party[19].symbols",
+            "no symbol or path patterns",
+            "third_party[20].symbols",
             id="no-patterns",
+        ),
+        pytest.param(
+            'revision = "0123',
+            'revision = "g123',
+            "not a commit: 'g123",
+            "third_party[20].license_text.revision",
+            id="bad-revision",
+        ),
+        pytest.param(
+            'path = "LICENSE",',
+            'path = "COPYING",',
+            "cannot read Example's licence text",
+            "third_party[20].license_text",
+            id="no-licence-text",
+        ),
+        pytest.param(
+            'symbols = ["example_*"]',
+            'paths = ["/abs/*"]',
+            "not a path pattern (a literal directory, then globs): '/abs/*'",
+            "third_party[20].paths",
+            id="absolute-path-pattern",
         ),
     ],
 )
@@ -140,8 +184,11 @@ def test_bad_third_party_is_refused_with_its_line(
     old: str, new: str, what: str, key: str, tmp_path: Path
 ) -> None:
     """A malformed [[third_party]] table: RecipeError naming the file, line and key."""
-    assert len(load_recipe().third_party) == 19  # the index in the keys above
+    assert len(load_recipe().third_party) == 20  # the index in the keys above
     text = SHIPPED.read_text(encoding="utf-8") + THIRD_PARTY.replace(old, new)
+    shutil.copytree(SHIPPED.parent / "licenses", tmp_path / "licenses")
+    (tmp_path / "licenses" / "Example").mkdir()
+    (tmp_path / "licenses" / "Example" / "LICENSE").write_text("Example licence\n")
     path = tmp_path / "bad.toml"
     path.write_text(text, encoding="utf-8")
     with pytest.raises(RecipeError) as info:

@@ -195,8 +195,8 @@ def show_plan(result: Plan) -> None:
 
 
 def _show_third_party(result: Plan) -> None:
-    """One row per (component, package): its files and exported symbols; then the recipe's
-    components this wheel does not carry."""
+    """One row per (component, package): its licence, files and exported symbols; each
+    package's licence expression; then the recipe's components this wheel does not carry."""
     if not result.recipe.third_party:
         return
     rows: dict[tuple[str, str], list[int]] = {}
@@ -204,12 +204,15 @@ def _show_third_party(result: Plan) -> None:
         row = rows.setdefault((found.component, found.package), [0, 0])
         row[0] += 1
         row[1] += found.symbols
-    table = make_table("component", "package", "files", "symbols")
+    licences = {c.name: c.license for c in result.recipe.third_party}
+    table = make_table("component", "licence", "package", "files", "symbols")
     for (component, package), (files, symbols) in sorted(
         rows.items(), key=lambda row: (row[0][0].casefold(), row[0][1])
     ):
-        table.add_row(component, package, str(files), f"{symbols:,}")
+        table.add_row(component, licences[component], package, str(files), f"{symbols:,}")
     out.print(table)
+    for package in result.packages:
+        out.print(f"licence of {package.name}: {package.license}")
     if result.third_party_missing:
         out.print(f"third-party components not found: {', '.join(result.third_party_missing)}")
 

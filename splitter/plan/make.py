@@ -32,8 +32,9 @@ from splitter.model import (
 from splitter.plan.exclusive import check_verdicts_against_depends, judge_exclusive
 from splitter.plan.facts import conda_requirements, decide_platform
 from splitter.plan.layout import LIB, check_together
+from splitter.plan.licences import package_terms
 from splitter.plan.selector import Selector
-from splitter.plan.thirdparty import Matcher, found_in, missing
+from splitter.plan.thirdparty import Matcher, found_in, missing, path_hits
 
 VERSION_FILE = "executorch/version.py"
 # PEP 440 characters only: the value lands in CMake comments and package metadata verbatim.
@@ -97,11 +98,15 @@ def make_plan(
         if library in shipped
     )
     sizes = {e.path: e.size for e in wheel.entries}
-    third_party = found_in(matcher, counts, owners)
+    paths = path_hits(recipe.third_party, (e.path for e in wheel.entries))
+    third_party = found_in(matcher, counts, paths, owners)
     packages = []
     for spec in recipe.packages:
         files = tuple(sorted(p for p, (pkg, _) in owners.items() if pkg == spec.name))
         lib_names = {p.removeprefix(LIB) for p in files if p.startswith(LIB)}
+        license, components = package_terms(
+            wheel.license, recipe.third_party, third_party, spec.name
+        )
         packages.append(
             PackagePlan(
                 name=spec.name,
@@ -122,6 +127,8 @@ def make_plan(
                     )
                 ),
                 conda_requires=conda_requires if spec.python else (),
+                license=license,
+                third_party=components,
             )
         )
     return Plan(

@@ -104,7 +104,7 @@ _KEYS: dict[str, tuple[str, frozenset[str]]] = {
     "together": ("array", frozenset({"files", "reason", "platforms"})),
     "third_party": (
         "array",
-        frozenset({"name", "license", "url", "license_text", "symbols"}),
+        frozenset({"name", "license", "url", "license_text", "symbols", "paths"}),
     ),
 }
 

@@ -1,5 +1,7 @@
 """The recipe's [[third_party]] tables: other projects' code the binaries may carry, each with
-its licence and the exported-symbol patterns that recognise it, checked as they are read."""
+its licence, the upstream file its licence text was copied from (kept verbatim beside the
+recipe, licenses/<name>/<file>), and the exported-symbol and path patterns that recognise it,
+checked as they are read."""
 
 from __future__ import annotations
 
@@ -14,11 +16,15 @@ from splitter.plan.recipetext import Source, required, strings, typed
 SPDX_ID = re.compile(
     r"(?:LicenseRef-)?[A-Za-z0-9][A-Za-z0-9.+-]*(?: WITH [A-Za-z0-9][A-Za-z0-9.+-]*)?"
 )
+REVISION = re.compile(r"[0-9a-f]{40}")
 REPOSITORY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 # A symbol pattern starts with a literal prefix (no wildcard first: it would claim other
 # projects' symbols) and holds no white space and no character class, which fnmatch would
 # read differently from nm's users.
 PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*[*?]?[A-Za-z0-9_$.*?]*")
+# A path pattern: a glob over wheel paths (fnmatch: * crosses /), from a literal directory.
+PATH_PATTERN = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_./*?-]*")
+LICENSES = "licenses"  # the directory beside the recipe holding the verbatim licence texts
 
 
 def read_third_party(source: Source, doc: dict[str, Any]) -> tuple[ThirdParty, ...]:
@@ -50,28 +56,58 @@ def read_third_party(source: Source, doc: dict[str, Any]) -> tuple[ThirdParty, .
         text = required(source, table, "license_text", dict, where)
         repo = required(source, text, "repo", str, f"{where}.license_text")
         path = required(source, text, "path", str, f"{where}.license_text")
+        revision = required(source, text, "revision", str, f"{where}.license_text")
         if not REPOSITORY.fullmatch(repo) or not path or path.startswith("/"):
             raise source.error(
                 f"{where}.license_text",
                 f"not a repository and a path in it: {repo!r}, {path!r}",
-                'write license_text = { repo = "owner/name", path = "LICENSE" }',
+                'write license_text = { repo = "owner/name", path = "LICENSE", revision = ... }',
             )
-        extra = sorted(set(text) - {"repo", "path"})
+        if not REVISION.fullmatch(revision):
+            raise source.error(
+                f"{where}.license_text.revision",
+                f"not a commit: {revision!r}",
+                "give the 40-hex commit the licence text was copied from",
+            )
+        extra = sorted(set(text) - {"repo", "path", "revision"})
         if extra:
             raise source.error(
                 f"{where}.license_text",
                 f"unknown key '{extra[0]}' in license_text",
-                "license_text holds repo and path",
+                "license_text holds repo, path and revision",
             )
-        symbols = strings(
-            source, required(source, table, "symbols", list, where), f"{where}.symbols"
-        )
-        if not symbols:
+        local = f"{LICENSES}/{name}/{path.rsplit('/', 1)[-1]}"
+        try:
+            data = (source.path.parent / local).read_bytes()
+        except OSError as exc:
+            raise source.error(
+                f"{where}.license_text",
+                f"cannot read {name}'s licence text {source.path.parent / local} "
+                f"({exc.strerror or exc})",
+                f"copy {path} of https://github.com/{repo} at {revision} there, byte for byte",
+            ) from exc
+        if not data.strip():
+            raise source.error(
+                f"{where}.license_text",
+                f"{name}'s licence text {source.path.parent / local} is empty",
+                f"copy {path} of https://github.com/{repo} at {revision} there, byte for byte",
+            )
+        symbols = strings(source, table.get("symbols", []), f"{where}.symbols")
+        paths = strings(source, table.get("paths", []), f"{where}.paths")
+        if not symbols and not paths:
             raise source.error(
                 f"{where}.symbols",
-                "no symbol patterns",
-                'list the globs that recognise its exported symbols, e.g. ["xnn_*"]',
+                "no symbol or path patterns",
+                'list the globs that recognise its exported symbols, e.g. ["xnn_*"], '
+                "or the wheel paths that are its files",
             )
+        for pattern in paths:
+            if not PATH_PATTERN.fullmatch(pattern):
+                raise source.error(
+                    f"{where}.paths",
+                    f"not a path pattern (a literal directory, then globs): {pattern!r}",
+                    'start with the wheel directory, e.g. "executorch/data/bin/flatc"',
+                )
         for pattern in symbols:
             if not PATTERN.fullmatch(pattern):
                 raise source.error(
@@ -93,7 +129,11 @@ def read_third_party(source: Source, doc: dict[str, Any]) -> tuple[ThirdParty, .
                 url=url,
                 license_repo=repo,
                 license_path=path,
+                license_revision=revision,
+                license_file=local,
+                license_text=data,
                 symbols=symbols,
+                paths=paths,
                 line=source.line(where),
             )
         )

@@ -111,6 +111,8 @@ def plan_json(plan: Plan) -> dict[str, Any]:
                 "cmake_components": list(pkg.cmake_components),
                 "sonames": list(pkg.sonames),
                 "conda_requires": list(pkg.conda_requires),
+                "license": pkg.license,
+                "third_party": list(pkg.third_party),
             }
             for pkg in plan.packages
         ],
@@ -135,8 +137,9 @@ def plan_json(plan: Plan) -> dict[str, Any]:
 
 
 def third_party_json(plan: Plan) -> dict[str, Any]:
-    """The recipe's third-party components found in the binaries (per file, with the patterns
-    and their symbol counts), and those found in no file of this wheel."""
+    """The recipe's third-party components found in the files (per file, with the symbol
+    patterns and their counts, and the path patterns that match it), and those found in no
+    file of this wheel."""
     return {
         "found": [
             {
@@ -145,6 +148,7 @@ def third_party_json(plan: Plan) -> dict[str, Any]:
                 "package": f.package,
                 "symbols": f.symbols,
                 "patterns": dict(f.patterns),
+                **({"paths": list(f.paths)} if f.paths else {}),
             }
             for f in plan.third_party
         ],

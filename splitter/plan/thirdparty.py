@@ -1,8 +1,9 @@
-"""Which third-party components each binary carries, from its exported symbols and the
-recipe's patterns, compiled once per plan: at most one match per symbol."""
+"""Which third-party components each file carries, from a binary's exported symbols or the
+file's path and the recipe's patterns, compiled once per plan: at most one match per symbol."""
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -59,24 +60,49 @@ def _expression(pattern: str) -> str:
     return body[:-2] if body.endswith(".*") else rf"{body}\Z"
 
 
+def path_hits(
+    components: tuple[ThirdParty, ...], paths: Iterable[str]
+) -> dict[str, dict[str, list[str]]]:
+    """Wheel path -> component -> the recipe's path patterns (fnmatch, case-sensitive: `*`
+    crosses `/`) that match it; one expression for all patterns, tried once per path."""
+    keys = [(c.name, p) for c in components for p in c.paths]
+    if not keys:
+        return {}
+    any_match = re.compile("|".join(fnmatch.translate(p) for _, p in keys)).match
+    hits: dict[str, dict[str, list[str]]] = {}
+    for path in paths:
+        if any_match(path) is None:
+            continue
+        for name, pattern in keys:
+            if fnmatch.fnmatchcase(path, pattern):
+                hits.setdefault(path, {}).setdefault(name, []).append(pattern)
+    return hits
+
+
 def found_in(
     matcher: Matcher,
     counts: Mapping[str, dict[tuple[str, str], int]],
+    paths: Mapping[str, dict[str, list[str]]],
     owners: Mapping[str, tuple[str, int]],
 ) -> tuple[ComponentFound, ...]:
-    """One record per (binary, component) with evidence, from each path's pattern counts."""
+    """One record per (file, component) with its evidence, from each binary's symbol-pattern
+    counts and each path's path patterns."""
     found = []
-    for path in sorted(counts):
+    for path in sorted(set(counts) | set(paths)):
         by_component: dict[str, list[tuple[str, str]]] = {}
-        for key in sorted(counts[path], key=matcher.order.__getitem__):
+        for key in sorted(counts.get(path, {}), key=matcher.order.__getitem__):
             by_component.setdefault(key[0], []).append(key)
-        for component in sorted(by_component):
+        by_path = paths.get(path, {})
+        for component in sorted(set(by_component) | set(by_path)):
             found.append(
                 ComponentFound(
                     component=component,
                     path=path,
                     package=owners[path][0],
-                    patterns=tuple((p, counts[path][(c, p)]) for c, p in by_component[component]),
+                    patterns=tuple(
+                        (p, counts[path][(c, p)]) for c, p in by_component.get(component, [])
+                    ),
+                    paths=tuple(by_path.get(component, [])),
                 )
             )
     return tuple(found)

@@ -1,0 +1,74 @@
+"""What each package is licensed under, from what it holds: the project's own licence (the
+wheel's License-Expression) and the licence of every third-party component found in one of
+its files (splitter.plan.thirdparty), as one SPDX expression; and the licence texts that go
+with it, under the file names every format ships them as."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from splitter.input.payload import Payload
+from splitter.model import ComponentFound, Plan, ThirdParty
+
+UNKNOWN = "LicenseRef-unknown"  # a wheel that states no licence: say so, do not guess
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LicenceText:
+    """One licence text a package ships: its file name (unique in the package), whose it is
+    (a component's name, or "" for the project's own), and where it was copied from."""
+
+    name: str
+    component: str
+    origin: str  # the wheel member, or the recipe-relative copy and its upstream
+    data: bytes
+
+
+def package_terms(
+    project: str, components: tuple[ThirdParty, ...], found: Iterable[ComponentFound], package: str
+) -> tuple[str, tuple[str, ...]]:
+    """`package`'s SPDX expression and the components found in its files (recipe order): the
+    project's licence, then each component's in recipe order, each licence once, joined by
+    AND (every one of them applies to the package as a whole)."""
+    mine = {f.component for f in found if f.package == package}
+    names = tuple(c.name for c in components if c.name in mine)
+    terms: list[str] = [project or UNKNOWN]
+    for component in components:
+        if component.name in mine and component.license not in terms:
+            terms.append(component.license)
+    return " AND ".join(_term(t, len(terms)) for t in terms), names
+
+
+def _term(licence: str, count: int) -> str:
+    """A licence as one operand of AND: an expression of several (OR, AND) in parentheses."""
+    compound = " OR " in licence or " AND " in licence
+    return f"({licence})" if compound and count > 1 else licence
+
+
+def licence_texts(plan: Plan, package: str) -> tuple[LicenceText, ...]:
+    """The licence texts `package` ships: the wheel's own licence files (under their own
+    names) and, for each third-party component it holds, that component's text as copied
+    from upstream, named `<component>-<file>`; each as its source has it, byte for byte."""
+    with Payload(plan.wheel) as source:  # verified against RECORD as it is read
+        own = {member: source.read(member) for member in plan.wheel.license_files}
+    texts = [
+        LicenceText(name=member.rsplit("/", 1)[-1], component="", origin=member, data=own[member])
+        for member in plan.wheel.license_files
+    ]
+    chosen = set(plan.package(package).third_party)
+    for component in plan.recipe.third_party:
+        if component.name not in chosen:
+            continue
+        texts.append(
+            LicenceText(
+                name=f"{component.name}-{component.license_file.rsplit('/', 1)[-1]}",
+                component=component.name,
+                origin=(
+                    f"{component.license_file} (https://github.com/{component.license_repo}"
+                    f"/blob/{component.license_revision}/{component.license_path})"
+                ),
+                data=component.license_text,
+            )
+        )
+    return tuple(texts)
