@@ -211,8 +211,8 @@ def _show_third_party(result: Plan) -> None:
     ):
         table.add_row(component, licences[component], package, str(files), f"{symbols:,}")
     out.print(table)
-    for package in result.packages:
-        out.print(f"licence of {package.name}: {package.license}")
+    for split in result.packages:
+        out.print(f"licence of {split.name}: {split.license}")
     if result.third_party_missing:
         out.print(f"third-party components not found: {', '.join(result.third_party_missing)}")
 
