@@ -107,9 +107,9 @@ THIRD_PARTY = """
 name = "Example"
 license = "MIT"
 url = "https://example.org/example"
-license_text = { repo = "example/example", path = "LICENSE", revision = "0123456789abcdef0123456789abcdef01234567" }
+license_text = { repo = "example/example", path = "LICENSE", revision = "%s" }
 symbols = ["example_*"]
-"""  # noqa: E501
+""" % ("0123456789abcdef" * 3)[:40]
 
 
 @pytest.mark.parametrize(
