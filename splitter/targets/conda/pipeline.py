@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Mapping
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ class _Wheel:
     variant: Variant  # its build strings, and its part of the release recipe
     staged: Staged
     work: Path  # its scratch
-    licenses: Mapping[str, tuple[str, ...]]  # package -> its licence texts under `work`
+    licenses: tuple[str, ...]
 
 
 @dataclass(slots=True)
@@ -146,7 +145,8 @@ class Pipeline:
         else:
             recipe = self.build / "recipes" / subdir / "rattler-build"
             write_support(plan, staged.install, recipe, support_folders(variant, mine, shared))
-        licenses = wheel_licenses(plan, work)
+        like = None if source is None else (source.plan, source.licenses)
+        licenses = wheel_licenses(plan, work, like)
         wheel = _Wheel(plan=plan, variant=variant, staged=staged, work=work, licenses=licenses)
         group.source = source or wheel
         group.variants.append(variant)
