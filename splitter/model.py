@@ -192,7 +192,7 @@ class ThirdParty:
     license_repo: str  # owner/name of the repository holding its licence text
     license_path: str  # the licence text's path in that repository
     license_revision: str  # the commit it was copied from
-    license_file: str  # where the copy is, relative to the recipe: licenses/<name>/<file>
+    license_file: str  # where the copy is, relative to the recipe: licenses/<name>-<file>
     license_text: bytes = field(repr=False)  # the copy, verbatim
     symbols: tuple[str, ...]
     paths: tuple[str, ...] = ()

@@ -107,9 +107,9 @@ THIRD_PARTY = """
 name = "Example"
 license = "MIT"
 url = "https://example.org/example"
-license_text = { repo = "example/example", path = "LICENSE", revision = "%s" }
+license_text = { repo = "example/example", path = "LICENSE", revision = "0123456789abcdef0123456789abcdef01234567" }
 symbols = ["example_*"]
-""" % ("0123456789abcdef" * 3)[:40]
+"""  # noqa: E501
 
 
 @pytest.mark.parametrize(
@@ -187,8 +187,7 @@ def test_bad_third_party_is_refused_with_its_line(
     assert len(load_recipe().third_party) == 20  # the index in the keys above
     text = SHIPPED.read_text(encoding="utf-8") + THIRD_PARTY.replace(old, new)
     shutil.copytree(SHIPPED.parent / "licenses", tmp_path / "licenses")
-    (tmp_path / "licenses" / "Example").mkdir()
-    (tmp_path / "licenses" / "Example" / "LICENSE").write_text("Example licence\n")
+    (tmp_path / "licenses" / "Example-LICENSE").write_text("Example licence\n")
     path = tmp_path / "bad.toml"
     path.write_text(text, encoding="utf-8")
     with pytest.raises(RecipeError) as info:

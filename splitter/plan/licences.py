@@ -49,7 +49,8 @@ def _term(licence: str, count: int) -> str:
 def licence_texts(plan: Plan, package: str) -> tuple[LicenceText, ...]:
     """The licence texts `package` ships: the wheel's own licence files (under their own
     names) and, for each third-party component it holds, that component's text as copied
-    from upstream, named `<component>-<file>`; each as its source has it, byte for byte."""
+    from upstream, named `<component>-<file>` as the recipe keeps it; each as its source has
+    it, byte for byte."""
     with Payload(plan.wheel) as source:  # verified against RECORD as it is read
         own = {member: source.read(member) for member in plan.wheel.license_files}
     texts = [
@@ -62,7 +63,7 @@ def licence_texts(plan: Plan, package: str) -> tuple[LicenceText, ...]:
             continue
         texts.append(
             LicenceText(
-                name=f"{component.name}-{component.license_file.rsplit('/', 1)[-1]}",
+                name=component.license_file.rsplit("/", 1)[-1],
                 component=component.name,
                 origin=(
                     f"{component.license_file} (https://github.com/{component.license_repo}"

@@ -1,11 +1,13 @@
 """The recipe's [[third_party]] tables: other projects' code the binaries may carry, each with
 its licence, the upstream file its licence text was copied from (kept verbatim beside the
-recipe, licenses/<name>/<file>), and the exported-symbol and path patterns that recognise it,
+recipe, licenses/<name>-<file>), and the exported-symbol and path patterns that recognise it,
 checked as they are read."""
 
 from __future__ import annotations
 
 import re
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from splitter.model import ThirdParty
@@ -25,6 +27,7 @@ PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*[*?]?[A-Za-z0-9_$.*?]*")
 # A path pattern: a glob over wheel paths (fnmatch: * crosses /), from a literal directory.
 PATH_PATTERN = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_./*?-]*")
 LICENSES = "licenses"  # the directory beside the recipe holding the verbatim licence texts
+SHIPPED = Path(str(resources.files("splitter.recipes")))  # the shipped recipe's directory
 
 
 def read_third_party(source: Source, doc: dict[str, Any]) -> tuple[ThirdParty, ...]:
@@ -76,20 +79,22 @@ def read_third_party(source: Source, doc: dict[str, Any]) -> tuple[ThirdParty, .
                 f"unknown key '{extra[0]}' in license_text",
                 "license_text holds repo, path and revision",
             )
-        local = f"{LICENSES}/{name}/{path.rsplit('/', 1)[-1]}"
+        local = f"{LICENSES}/{name}-{path.rsplit('/', 1)[-1]}"
+        # beside the recipe; a recipe kept elsewhere without its own copy uses the shipped one
+        places = [source.path.parent / local, SHIPPED / local]
+        found_at = next((p for p in places if p.is_file()), places[0])
         try:
-            data = (source.path.parent / local).read_bytes()
+            data = found_at.read_bytes()
         except OSError as exc:
             raise source.error(
                 f"{where}.license_text",
-                f"cannot read {name}'s licence text {source.path.parent / local} "
-                f"({exc.strerror or exc})",
+                f"cannot read {name}'s licence text {places[0]} ({exc.strerror or exc})",
                 f"copy {path} of https://github.com/{repo} at {revision} there, byte for byte",
             ) from exc
         if not data.strip():
             raise source.error(
                 f"{where}.license_text",
-                f"{name}'s licence text {source.path.parent / local} is empty",
+                f"{name}'s licence text {found_at} is empty",
                 f"copy {path} of https://github.com/{repo} at {revision} there, byte for byte",
             )
         symbols = strings(source, table.get("symbols", []), f"{where}.symbols")
