@@ -30,6 +30,10 @@ class Layout:
     sitedir: str = ""
     bindir: str = "bin"
     interpreter: str = "/usr/bin/env python3"  # shebang of generated console scripts
+    # where each package's licence texts are installed ({package}: its name); "" where the
+    # format keeps them in its own metadata (conda's info/licenses, Debian's copyright, RPM's
+    # per-subpackage %license directories)
+    licensedir: str = ""
 
     @property
     def cmakedir(self) -> str:

@@ -18,6 +18,7 @@ brings them into any cache (the consumer's CONAN_HOME), with no remote.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -40,9 +41,8 @@ from splitter.plan.request import check_planned
 from splitter.platforms import by_subdir, supported
 from splitter.targets.archive import reproducible_tar_gz
 from splitter.targets.builder import artifact
-from splitter.targets.distro.common import license_text
 from splitter.targets.generated.cmake import BASE_DEFINITIONS, C10_INCLUDE, RUNTIME_COMPONENT
-from splitter.targets.stage import Progress, stage
+from splitter.targets.stage import Progress, doc_sbom, stage
 
 CONAN = "conan"
 
@@ -143,6 +143,8 @@ def _stage(
     os_name, arch = _settings(plan)
     key = f"{os_name}-{arch}"
     layout = make_layout(plan.wheel, "/", "lib", "include", None)
+    # Conan's place for licence texts: licenses/ in the package folder
+    layout = dataclasses.replace(layout, licensedir="licenses")
     roots = {p.name: scratch / "stage" / key / p.name for p in packages}
     stage(
         plan,
@@ -152,16 +154,13 @@ def _stage(
         progress,
         guard,
         only=frozenset(roots),
+        sbom=lambda name: doc_sbom(name, f"pkg:conan/{name}@{plan.wheel.version}"),
     )
-    licence = license_text(plan)
     for package in packages:
         doc = roots[package.name] / "share" / "doc" / package.name
         doc.mkdir(parents=True, exist_ok=True)
         record = exclusivity_record(plan, plan.package(package.name))
         (doc / RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-        licences = roots[package.name] / "licenses"
-        licences.mkdir(exist_ok=True)
-        (licences / "LICENSE").write_text(licence)
     return key, roots
 
 
@@ -263,7 +262,7 @@ class Package(ConanFile):
     name = {json.dumps(package.name)}
     version = {json.dumps(plan.wheel.version)}
     description = {json.dumps(description)}
-    license = {json.dumps(plan.wheel.license or "unknown")}
+    license = {json.dumps(package.license)}
     url = {json.dumps(plan.wheel.home)}
     package_type = "shared-library"
     # prebuilt binaries: one per os/arch, whatever compiler the consumer's profile names

@@ -18,6 +18,7 @@ from splitter.errors import UsageError
 from splitter.input.safepath import check_member_name
 from splitter.model import BinaryInfo, PackagePlan, Plan, Rpath
 from splitter.plan.layout import UPSTREAM_CMAKE, Layout, install_path
+from splitter.plan.licences import licence_texts
 from splitter.targets.generated.cmake import CMakeLayout
 from splitter.targets.generated.files import cmake_files, generated_files
 
@@ -189,6 +190,12 @@ def make_install_plan(
                     mode=EXECUTABLE if executable else REGULAR,
                 )
             )
+        if layout.licensedir:
+            directory = layout.licensedir.format(package=package.name)
+            files[package.name] += [
+                InstallFile(package=package.name, path=f"{directory}/{t.name}", data=t.data)
+                for t in licence_texts(plan, package.name)
+            ]
     return _install_plan(layout, rpath, files, elsewhere)
 
 
@@ -200,7 +207,8 @@ def wheel_install_plan(
     """The install plan of the wheels of `packages` (WHEEL_LAYOUT): each wheel file at its
     own path, so that no binary is edited (their `$ORIGIN` RUNPATHs stay valid); upstream's
     CMake config replaced by each package's own in both of upstream's CMake directories; the
-    guard's bytes and modules (make_install_plan). The .dist-info is the wheel writer's."""
+    guard's bytes and modules (make_install_plan). The .dist-info (licences and SBOM too)
+    is the wheel writer's."""
     entries = {e.path: e for e in plan.wheel.entries}
     binaries = {b.path for b in plan.binaries}
     replaced, added = guard
@@ -229,6 +237,15 @@ def wheel_install_plan(
             for path, text in cmake_files(plan, package, directory, layout):
                 mine.append(InstallFile(package=package.name, path=path, data=text.encode()))
     return _install_plan(WHEEL_LAYOUT, Rpath.RELATIVE, files, {})
+
+
+def with_files(install: InstallPlan, added: Sequence[InstallFile]) -> InstallPlan:
+    """`install` with `added` (generated files of its packages) among the files."""
+    files = {name: list(install.of(name)) for name in install.packages}
+    for item in added:
+        files[item.package].append(item)
+    elsewhere = {name: list(paths) for name, paths in install.elsewhere.items()}
+    return _install_plan(install.layout, install.rpath, files, elsewhere)
 
 
 def _install_plan(

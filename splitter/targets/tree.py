@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import posixpath
@@ -14,7 +15,9 @@ from splitter.plan.layout import Layout, make_layout
 from splitter.plan.release import PlatformGroup, ReleasePlanning, planned
 from splitter.plan.report import dependency_json, shared_json, verdict_json
 from splitter.targets.builder import artifact, build_output, single
-from splitter.targets.stage import Progress, Staged, StagedFile, own_directories, stage
+from splitter.targets.stage import Progress, Staged, StagedFile, doc_sbom, own_directories, stage
+
+TREE_LICENSES = "share/licenses/{package}"  # each package's licence texts, as RPM's
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,7 +108,20 @@ def _write_trees(
     prefix = layout.prefix.strip("/")
     build.mkdir(parents=True, exist_ok=True)
     root_of = {name: build / names[name] / prefix for name in names}
-    staged = stage(plan, layout, root_of.__getitem__, rpath, progress, guard, only=frozenset(names))
+    layout = dataclasses.replace(layout, licensedir=TREE_LICENSES)
+    staged = stage(
+        plan,
+        layout,
+        root_of.__getitem__,
+        rpath,
+        progress,
+        guard,
+        only=frozenset(names),
+        sbom=lambda package: doc_sbom(
+            names.get(package, package),
+            f"pkg:generic/{names.get(package, package)}@{plan.wheel.version}",
+        ),
+    )
     for package in plan.packages:
         if package.name not in names:
             continue
@@ -169,6 +185,8 @@ def manifest(plan: Plan, staged: Staged, name: str) -> dict[str, object]:
         "system": list(package.system_sonames),
         "sonames": list(package.sonames),
         "cmake_components": list(package.cmake_components),
+        "license": package.license,
+        "third_party": list(package.third_party),
         "process_exclusive": [
             verdict_json(v) for v in plan.exclusive if name in (v.first_package, v.second_package)
         ],

@@ -9,6 +9,7 @@ console scripts.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import stat
 import zipfile
@@ -21,14 +22,16 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from splitter.input.payload import Payload
-from splitter.input.wheel import record_hash
+from splitter.input.wheel import record_digest, record_hash
 from splitter.manifest import Artifact
 from splitter.model import Limits, PackagePlan, Plan, Target
+from splitter.plan.licences import licence_texts
 from splitter.plan.release import PlatformGroup, ReleasePlanning, planned, release_note
 from splitter.plan.report import exclusivity_record
 from splitter.targets.builder import artifact, build_output, single
 from splitter.targets.generated.files import split_from
 from splitter.targets.generated.guard import guard_files
+from splitter.targets.generated.sbom import SBOM_NAME, SbomFile, render_sbom
 from splitter.targets.install import NO_GUARD, InstallPlan, wheel_install_plan
 from splitter.targets.stage import Progress
 
@@ -148,8 +151,8 @@ def metadata(plan: Plan, package: PackagePlan, group: PlatformGroup | None = Non
         "summary": package.summary,
         "description": description(plan, package, group),
         "description_content_type": "text/plain",
-        "license_expression": plan.wheel.license,
-        "license_files": [name.rsplit("/", 1)[-1] for name in plan.wheel.license_files],
+        "license_expression": package.license,
+        "license_files": [text.name for text in licence_texts(plan, package.name)],
         "project_urls": {"Homepage": plan.wheel.home} if plan.wheel.home else {},
     }
     if package.python:
@@ -178,8 +181,8 @@ def write_wheel(
     name = dist_name(package)
     dist_info = f"{name}-{package.version}.dist-info"
     licenses = {
-        f"{dist_info}/licenses/{p.rsplit('/', 1)[-1]}": (source.read(p), False)
-        for p in plan.wheel.license_files
+        f"{dist_info}/licenses/{text.name}": (text.data, False)
+        for text in licence_texts(plan, package.name)
     }
     top_level = f"{plan.wheel.dist_info}/top_level.txt"
     if package.python and top_level in plan.owners:
@@ -202,8 +205,33 @@ def write_wheel(
     if package.python and plan.wheel.console_scripts:
         lines = ["[console_scripts]"] + [f"{k} = {v}" for k, v in plan.wheel.console_scripts]
         meta[f"{dist_info}/entry_points.txt"] = (("\n".join(lines) + "\n").encode(), False)
+    # the SBOM (PEP 770's .dist-info/sboms/) lists every other file of the wheel but RECORD
+    listed = sorted(files.items()) + sorted(meta.items())
+    digests = {path: hashlib.sha256(data).digest() for path, (data, _) in listed}
+    meta[f"{dist_info}/sboms/{SBOM_NAME}"] = (
+        render_sbom(
+            plan,
+            package.name,
+            name=package.name,
+            purl=f"pkg:pypi/{package.name}@{package.version}?file_name={name}-{package.version}-{tag}.whl",
+            files=[
+                SbomFile(
+                    path=path,
+                    sha256=digests[path].hex(),
+                    source=path if path in plan.owners else "",
+                )
+                for path, _ in listed
+            ],
+            siblings={d.name: f"pkg:pypi/{d.name}@{d.version}" for d in package.depends},
+        ),
+        False,
+    )
     ordered = sorted(files.items()) + sorted(meta.items())
-    record = [f"{path},{record_hash(data)},{len(data)}" for path, (data, _) in ordered]
+    record = [
+        f"{path},{record_digest(digests[path]) if path in digests else record_hash(data)},"
+        f"{len(data)}"
+        for path, (data, _) in ordered
+    ]
     record.append(f"{dist_info}/RECORD,,")
     ordered.append((f"{dist_info}/RECORD", (("\n".join(record) + "\n").encode(), False)))
     path = directory / f"{name}-{package.version}-{tag}.whl"

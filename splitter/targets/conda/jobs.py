@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from splitter.input.payload import Payload
 from splitter.model import PackagePlan, Plan
 from splitter.plan.layout import Layout
+from splitter.plan.licences import licence_texts
 from splitter.plan.release import PlatformGroup, release_note
 from splitter.plan.report import exclusivity_record
 from splitter.targets.conda.assemble import AssembleJob, InfoAdditions, json_bytes
@@ -23,22 +23,21 @@ from splitter.targets.stage import Staged
 SIDECAR = "info/splitter-process-exclusive.json"
 
 
-def wheel_licenses(
-    plan: Plan, work: Path, like: tuple[Plan, tuple[str, ...]] | None = None
-) -> tuple[str, ...]:
-    """The wheel's licence files, extracted once into `work` for every package of the wheel,
-    and rattler-build's TMPDIR created beside them. `like` is another wheel's plan and its
-    extracted licence files: if they are this wheel's, byte for byte (the same names and
-    sha256), they are used as they are (a release: the platform's source wheel)."""
+def wheel_licenses(plan: Plan, work: Path) -> Mapping[str, tuple[str, ...]]:
+    """Each package's licence texts (splitter.plan.licences), written under `work` for
+    rattler-build's license_file (info/licenses/ of the package), and rattler-build's
+    TMPDIR created beside them: package -> the files, in the plan's order."""
     (work / "tmp").mkdir()
-    if like is not None and _licence_digests(like[0]) == _licence_digests(plan):
-        return like[1]
-    return tuple(str(p) for p in _extract_licenses(plan, work / "licenses"))
-
-
-def _licence_digests(plan: Plan) -> list[tuple[str, str]]:
-    digests = {e.path: e.sha256 for e in plan.wheel.entries}
-    return [(name, digests[name]) for name in plan.wheel.license_files]
+    written: dict[str, tuple[str, ...]] = {}
+    for package in plan.packages:
+        directory = work / "licenses" / package.name
+        directory.mkdir(parents=True)
+        paths = []
+        for text in licence_texts(plan, package.name):
+            (directory / text.name).write_bytes(text.data)
+            paths.append(str(directory / text.name))
+        written[package.name] = tuple(paths)
+    return written
 
 
 def assemble_jobs(
@@ -50,7 +49,7 @@ def assemble_jobs(
     compression_level: int,
     threads: int,
     packages: Sequence[PackagePlan],
-    licenses: tuple[str, ...],
+    licenses: Mapping[str, tuple[str, ...]],
     group: PlatformGroup | None = None,
 ) -> list[AssembleJob]:
     """The assembler's calls for `packages` of the plan, largest first.
@@ -74,12 +73,12 @@ def assemble_jobs(
             output_dir=str(directory),
             files=tuple((str(f.real), f.path) for f in staged.packages[package.name]),
             homepage=plan.wheel.home or None,
-            license=plan.wheel.license or None,
+            license=package.license or None,
             summary=package.summary,
             description=f"{package.summary}. {split_from(plan)}"
             + (f" {release_note(group, package)}" if group is not None else ""),
             depends=tuple(conda_depends(plan, package, dict(builds))),
-            license_files=licenses,
+            license_files=licenses[package.name],
             compression_level=compression_level,
             compression_threads=threads if package.name == largest else 0,
             timestamp=timestamp,
@@ -115,14 +114,3 @@ def info_additions(
         level=min(compression_level, 19),
         mtime=plan.wheel.timestamp,
     )
-
-
-def _extract_licenses(plan: Plan, directory: Path) -> list[Path]:
-    directory.mkdir(parents=True, exist_ok=True)
-    paths = []
-    with Payload(plan.wheel) as payload:
-        for name in plan.wheel.license_files:
-            target = directory / name.rsplit("/", 1)[-1]
-            payload.copy(name, str(target))
-            paths.append(target)
-    return paths

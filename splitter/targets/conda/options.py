@@ -11,7 +11,7 @@ from splitter.model import CondaBackend, Limits, Plan, Rpath, Target
 from splitter.plan.layout import conda_layout
 from splitter.targets.conda.assemble import release_freed_memory
 from splitter.targets.replay import CONDA_PLACEHOLDER
-from splitter.targets.stage import Progress, Reusable, Staged, stage
+from splitter.targets.stage import Progress, Reusable, Staged, doc_sbom, stage
 
 DEFAULT_LEVEL = 9
 # Default worker processes packing at once: two keep both cores busy beside the build's
@@ -59,8 +59,17 @@ def stage_prefix(
     prefix, pointing at `reuse`'s copies of the files it has (see stage)."""
     root = work / "stage"
     layout = conda_layout(plan.wheel, f"{CONDA_PLACEHOLDER}/bin/python")
+    subdir = plan.platform.conda_subdir
     staged = stage(
-        plan, layout, root.joinpath, Rpath.RELATIVE, progress, options.guard, only, reuse=reuse
+        plan,
+        layout,
+        root.joinpath,
+        Rpath.RELATIVE,
+        progress,
+        options.guard,
+        only,
+        reuse=reuse,
+        sbom=lambda name: doc_sbom(name, f"pkg:conda/{name}@{plan.wheel.version}?subdir={subdir}"),
     )
     release_freed_memory()  # staging's buffers, before the packages are compressed
     return staged

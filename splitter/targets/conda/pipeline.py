@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Mapping
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ class _Wheel:
     variant: Variant  # its build strings, and its part of the release recipe
     staged: Staged
     work: Path  # its scratch
-    licenses: tuple[str, ...]
+    licenses: Mapping[str, tuple[str, ...]]  # package -> its licence texts under `work`
 
 
 @dataclass(slots=True)
@@ -145,8 +146,7 @@ class Pipeline:
         else:
             recipe = self.build / "recipes" / subdir / "rattler-build"
             write_support(plan, staged.install, recipe, support_folders(variant, mine, shared))
-        like = None if source is None else (source.plan, source.licenses)
-        licenses = wheel_licenses(plan, work, like)
+        licenses = wheel_licenses(plan, work)
         wheel = _Wheel(plan=plan, variant=variant, staged=staged, work=work, licenses=licenses)
         group.source = source or wheel
         group.variants.append(variant)

@@ -16,11 +16,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from splitter.model import Plan
+from splitter.model import PackagePlan, Plan
+from splitter.plan.licences import licence_texts
 from splitter.plan.report import verdict_json
 from splitter.targets.conda.meta import conda_depends, run_exports
 from splitter.targets.install import InstallPlan
 from splitter.targets.replay import GENERATED, LIST, Replay, install_split, render_replay
+
+LICENSES = "licenses"  # a package's licence texts in its support folder (about.license_file)
 
 INSTALL_SH = "install.sh"  # the replay script (splitter.targets.replay), beside each recipe
 NEEDS = {False: "Needs unzip and patchelf.", True: "Needs unzip, install_name_tool and codesign."}
@@ -69,6 +72,22 @@ def write_support(
             target.write_bytes(data)
             target.chmod(0o755 if executable else 0o644)
         (folder / LIST).write_text(replay.list)
+        for text in licence_texts(plan, package.name):
+            (folder / LICENSES).mkdir(exist_ok=True)
+            (folder / LICENSES / text.name).write_bytes(text.data)
+
+
+def about_licence(plan: Plan, package: PackagePlan, folder: str) -> list[str]:
+    """The about: keys of `package`'s licence (recipe YAML, six spaces in): its SPDX
+    expression and its texts, which write_support puts in its support folder."""
+    return [
+        f"      license: {q(package.license)}",
+        "      license_file:",
+        *(
+            f"        - {q(f'{folder}/{LICENSES}/{text.name}')}"
+            for text in licence_texts(plan, package.name)
+        ),
+    ]
 
 
 def run_lines(depends: list[str], siblings: set[str], pin: str) -> list[str]:
@@ -145,7 +164,7 @@ def render_rattler_recipe(plan: Plan, builds: dict[str, str], url: str) -> str:
         lines += [
             "    about:",
             f"      summary: {q(package.summary)}",
-            f"      license: {q(plan.wheel.license)}",
+            *about_licence(plan, package, package.name),
             f"      homepage: {q(plan.wheel.home)}",
         ]
     lines += [
@@ -200,7 +219,7 @@ def render_conda_build_meta(plan: Plan, builds: dict[str, str], url: str) -> str
         lines += [
             "    about:",
             f"      summary: {q(package.summary)}",
-            f"      license: {q(plan.wheel.license)}",
+            *about_licence(plan, package, package.name),
             f"      home: {q(plan.wheel.home)}",
         ]
     lines += [

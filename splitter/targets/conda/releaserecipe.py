@@ -21,7 +21,7 @@ from pathlib import Path
 from splitter.model import PackagePlan, Plan
 from splitter.plan.report import verdict_json
 from splitter.targets.conda.meta import conda_depends, run_exports
-from splitter.targets.conda.recipes import q, rattler_head, run_lines, source_url
+from splitter.targets.conda.recipes import about_licence, q, rattler_head, run_lines, source_url
 
 PIN = "${{{{ pin_subpackage({name}, exact=True) }}}}"
 
@@ -109,7 +109,7 @@ def _source(variant: Variant, indent: str) -> list[str]:
     ]
 
 
-def _tail(plan: Plan, package: PackagePlan) -> list[str]:
+def _tail(plan: Plan, package: PackagePlan, folder: str) -> list[str]:
     lines = []
     if run_exports(package):
         lines += [
@@ -121,7 +121,7 @@ def _tail(plan: Plan, package: PackagePlan) -> list[str]:
         *lines,
         "    about:",
         f"      summary: {q(package.summary)}",
-        f"      license: {q(plan.wheel.license)}",
+        *about_licence(plan, package, folder),
         f"      homepage: {q(plan.wheel.home)}",
     ]
 
@@ -143,7 +143,7 @@ def _shared_output(source: Variant, package: PackagePlan) -> list[str]:
         "    requirements:",
         "      run:",
         *run_lines(depends, siblings, PIN),
-        *_tail(plan, package),
+        *_tail(plan, package, package.name),
     ]
 
 
@@ -173,4 +173,6 @@ def _python_output(variants: Sequence[Variant], package: PackagePlan) -> list[st
         siblings = {d.name for d in mine.depends}
         lines += [f"        - if: python == {q(v.python)}", "          then:"]
         lines += ["    " + line for line in run_lines(depends, siblings, PIN)]
-    return lines + _tail(variants[0].plan, package)
+    # the licence texts of the oldest Python's support folder: every wheel of a release
+    # holds the same components (splitter.plan.release checks each package's licence)
+    return lines + _tail(variants[0].plan, package, f"{package.name}/{variants[0].tag}")

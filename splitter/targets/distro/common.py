@@ -15,13 +15,14 @@ from pathlib import Path
 from splitter.errors import RecipeError, UsageError
 from splitter.input.payload import Payload
 from splitter.model import Distro, Limits, PackagePlan, Plan, Rpath, Target
+from splitter.plan.facts import arch_of
 from splitter.plan.layout import Layout
 from splitter.plan.report import exclusivity_record
 from splitter.platforms import SupportedPlatform, supported
 from splitter.targets.generated.files import SPLIT_FROM
 from splitter.targets.generated.guard import guard_files
 from splitter.targets.install import EXECUTABLE, NO_GUARD, make_install_plan
-from splitter.targets.stage import Progress, Staged, StagedFile, apply
+from splitter.targets.stage import Naming, Progress, Staged, StagedFile, apply, doc_sbom
 
 LIBRARY = "library"  # a split package's shared libraries (and everything not development)
 DEVELOPMENT = "development"  # its headers, CMake config and pkg-config files
@@ -196,6 +197,7 @@ def stage_under(
     guard: bool,
     names: Mapping[str, str],
     library_mode: int = EXECUTABLE,
+    sbom: Naming | None = None,
 ) -> Staged:
     """Stage every package of the plan as installed under `roots[name]` + the prefix, with
     no RUNPATH where the libdir is the system's (Debian policy, Fedora's check-rpaths); the
@@ -206,7 +208,25 @@ def stage_under(
     install = make_install_plan(
         plan, layout, Rpath.STRIP, guarded, names=names, library_mode=library_mode
     )
-    return apply(plan, install, lambda name: roots[name] / prefix, progress)
+    return apply(plan, install, lambda name: roots[name] / prefix, progress, sbom=sbom)
+
+
+def sbom_naming(plan: Plan, distro: Distro, kind: str) -> Naming:
+    """Each split package's SBOM as the distro ships it: named and purl'd as its library (or
+    Python) package, which holds it; in Debian under an architecture's own name, as
+    Multi-Arch: same packages of two architectures must not ship one path with two contents."""
+    names = dict(distro.names)
+    version = f"{plan.wheel.version}-{distro.revision}"
+    arch = arch_of(plan)
+
+    def naming(package: str) -> tuple[str, str, str]:
+        name = names[package]
+        if kind == "deb":
+            purl = f"pkg:deb/debian/{name}@{version}?arch={arch.deb}"
+            return name, purl, f"share/doc/{name}/sbom-{arch.deb}.cdx.json"
+        return doc_sbom(name, f"pkg:rpm/fedora/{name}@{version}?arch={arch.rpm}")
+
+    return naming
 
 
 def license_text(plan: Plan) -> str:

@@ -42,6 +42,7 @@ from splitter.targets.distro.common import (
     license_text,
     origin_sentence,
     release_epoch,
+    sbom_naming,
     stage_under,
 )
 from splitter.targets.distro.debsource import ArchSource, arch_source, write_source_package
@@ -117,7 +118,16 @@ def write_debs(
         stage_roots = {p.name: scratch / "stage" / p.name for p in plan.packages}
         # shared objects are 0644 in Debian (policy 8.1; lintian's shlib-with-executable-bit)
         names = cmake_names(plan, distro)
-        staged = stage_under(plan, layout, stage_roots, progress, guard, names, REGULAR)
+        staged = stage_under(
+            plan,
+            layout,
+            stage_roots,
+            progress,
+            guard,
+            names,
+            REGULAR,
+            sbom_naming(plan, distro, "deb"),
+        )
         cut = distro_packages(plan, staged, distro)
         roots = {d.name: scratch / "pkg" / d.name for d in cut}
         packages = [_move(d, roots[d.name], layout) for d in cut]

@@ -44,6 +44,7 @@ from splitter.targets.distro.common import (
     external_requirements,
     license_text,
     record_json,
+    sbom_naming,
     stage_under,
 )
 from splitter.targets.distro.deb import one_wheel_per_platform
@@ -200,7 +201,15 @@ def _arch_sources(
     trees = scratch / f"trees-{arch.machine}"
     try:
         roots = {p.name: trees / p.name for p in plan.packages}
-        staged = stage_under(plan, layout, roots, progress, guard, cmake_names(plan, distro))
+        staged = stage_under(
+            plan,
+            layout,
+            roots,
+            progress,
+            guard,
+            cmake_names(plan, distro),
+            sbom=sbom_naming(plan, distro, "rpm"),
+        )
         packages = distro_packages(plan, staged, distro)
         licence = (
             plan.wheel.license_files[0].rsplit("/", 1)[-1] if plan.wheel.license_files else ""
