@@ -28,16 +28,22 @@ class LicenceText:
 def package_terms(
     project: str, components: tuple[ThirdParty, ...], found: Iterable[ComponentFound], package: str
 ) -> tuple[str, tuple[str, ...]]:
-    """`package`'s SPDX expression and the components found in its files (recipe order): the
-    project's licence, then each component's in recipe order, each licence once, joined by
-    AND (every one of them applies to the package as a whole)."""
+    """`package`'s SPDX expression and the components found in its files (recipe order)."""
     mine = {f.component for f in found if f.package == package}
     names = tuple(c.name for c in components if c.name in mine)
+    return expression(project, components, names), names
+
+
+def expression(project: str, components: tuple[ThirdParty, ...], names: Iterable[str]) -> str:
+    """The SPDX expression of code under `project`'s licence holding the components `names`:
+    the project's licence, then each component's in recipe order, each licence once, joined
+    by AND (every one of them applies to the whole)."""
+    chosen = set(names)
     terms: list[str] = [project or UNKNOWN]
     for component in components:
-        if component.name in mine and component.license not in terms:
+        if component.name in chosen and component.license not in terms:
             terms.append(component.license)
-    return " AND ".join(_term(t, len(terms)) for t in terms), names
+    return " AND ".join(_term(t, len(terms)) for t in terms)
 
 
 def _term(licence: str, count: int) -> str:

@@ -259,7 +259,8 @@ def own_directories(staged: Staged, package: str, dependencies: Iterable[str]) -
 
 def standard_dirs(layout: Layout) -> set[str]:
     """The layout's install directories (libdir, includedir, site-packages, bindir, pkgconfig,
-    cmake) and their parents, prefix-relative: the system owns them, no package does."""
+    cmake, share/doc, share/licenses) and their parents, prefix-relative: the system owns
+    them, no package does."""
     taken: set[str] = set()
     for base in (
         layout.libdir,
@@ -268,6 +269,8 @@ def standard_dirs(layout: Layout) -> set[str]:
         layout.bindir,
         layout.pkgconfigdir,
         f"{layout.libdir}/cmake",
+        "share/doc",  # documentation (the SBOMs) and licence texts: FHS's, no package's
+        "share/licenses",
     ):
         taken |= {base, *parents(base)}
     return taken

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from splitter.errors import RecipeError, UsageError
-from splitter.input.payload import Payload
 from splitter.model import Distro, Limits, PackagePlan, Plan, Rpath, Target
 from splitter.plan.facts import arch_of
 from splitter.plan.layout import Layout
@@ -227,14 +226,6 @@ def sbom_naming(plan: Plan, distro: Distro, kind: str) -> Naming:
         return doc_sbom(name, f"pkg:rpm/fedora/{name}@{version}?arch={arch.rpm}")
 
     return naming
-
-
-def license_text(plan: Plan) -> str:
-    """The wheel's licence files, verified against the plan, joined."""
-    with Payload(plan.wheel) as source:
-        return "\n".join(
-            source.read(p).decode("utf-8", "replace") for p in plan.wheel.license_files
-        )
 
 
 def record_json(plan: Plan, package: PackagePlan, name: str, development: str = "") -> str:

@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,7 @@ from splitter.plan.report import record_name
 from splitter.plan.request import check_planned
 from splitter.platforms import SupportedPlatform
 from splitter.targets.builder import artifact, source_artifact
-from splitter.targets.distro import debmeta
+from splitter.targets.distro import debmeta, dep5
 from splitter.targets.distro.common import (
     DEVELOPMENT,
     DistroPackage,
@@ -39,7 +40,6 @@ from splitter.targets.distro.common import (
     distro_of,
     distro_packages,
     external_requirements,
-    license_text,
     origin_sentence,
     release_epoch,
     sbom_naming,
@@ -80,7 +80,7 @@ class DebBuilder:
         artifacts = []
         arches = []
         for plan in plans:
-            written, source = write_debs(plan, build, progress, self.guard, epoch)
+            written, source = write_debs(plan, build, progress, self.guard, epoch, plans)
             artifacts += [artifact(path, plan, package) for package, path in written]
             arches.append(source)
         name = plans[0].recipe.project
@@ -100,11 +100,17 @@ def one_wheel_per_platform(
 
 
 def write_debs(
-    plan: Plan, build: Path, progress: Progress | None, guard: bool, epoch: int
+    plan: Plan,
+    build: Path,
+    progress: Progress | None,
+    guard: bool,
+    epoch: int,
+    plans: Sequence[Plan] = (),
 ) -> tuple[list[tuple[PackagePlan, str]], ArchSource]:
     """Stage the plan, cut it into library, development and Python packages and write each
     .deb into `build`; returns (split package, file name) per .deb and what the source
-    package needs of this architecture."""
+    package needs of this architecture. `plans`: every architecture's, whose components
+    each copyright names (the same file in every architecture; default: this plan's)."""
     arch = arch_of(plan)
     distro = distro_of(plan, "deb")
     dpkg_deb = need_tool("dpkg-deb", "dpkg")
@@ -131,13 +137,16 @@ def write_debs(
         cut = distro_packages(plan, staged, distro)
         roots = {d.name: scratch / "pkg" / d.name for d in cut}
         packages = [_move(d, roots[d.name], layout) for d in cut]
-        licence = license_text(plan)
         origin = origin_sentence(plan, record_name("<arch>"))
+        copyrights = {
+            p.name: dep5.copyright_file(plans or [plan], p.name, origin) for p in plan.packages
+        }
         changelog = debmeta.changelog_text(
             plan.recipe.project, version, distro.maintainer, epoch, origin
         )
         for package in packages:
-            _write_docs(plan, package, version, arch, roots, licence, origin, changelog)
+            copyright_text = copyrights[package.package.name]
+            _write_docs(plan, package, arch, roots, copyright_text, changelog)
             _write_library_control(package, version, roots)
         done = 0
 
@@ -218,11 +227,9 @@ def _host_arch() -> str:
 def _write_docs(
     plan: Plan,
     package: DistroPackage,
-    version: str,
     arch: SupportedPlatform,
     roots: dict[str, Path],
-    licence: str,
-    origin: str,
+    copyright_text: str,
     changelog: str,
 ) -> None:
     """copyright, changelog.Debian.gz, and debmeta.package_docs: the exclusivity record and
@@ -230,7 +237,7 @@ def _write_docs(
     root = roots[package.name]
     doc = root / "usr" / "share" / "doc" / package.name
     doc.mkdir(parents=True, exist_ok=True)
-    (doc / "copyright").write_text(debmeta.copyright_file(plan, licence, origin))
+    (doc / "copyright").write_text(copyright_text)
     (doc / "changelog.Debian.gz").write_bytes(debmeta.changelog_gz(changelog))
     for path, data in debmeta.package_docs(plan, package, arch.deb):
         (root / path).parent.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
-import re
 import textwrap
 import time
 from collections.abc import Sequence
@@ -25,8 +24,6 @@ from splitter.targets.distro.common import (
     origin_sentence,
     record_json,
 )
-
-DEP5 = "https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/"
 
 # Lintian tags the packages keep, each with the reason written into its overrides file.
 # Only tags lintian 2.116 reports on the 1.5.1 packages are listed: an override that matches
@@ -176,32 +173,6 @@ def installed_size(root: Path) -> int:
         total += len(subdirs)
         total += sum((os.lstat(os.path.join(directory, f)).st_size + 1023) // 1024 for f in files)
     return total
-
-
-def copyright_file(plan: Plan, license_text: str, origin: str) -> str:
-    """A machine-readable (DEP-5) copyright: the wheel's licence and its copyright lines."""
-    holders = [
-        re.sub(r"^Copyright\s*(\(c\))?\s*", "", line.strip(), flags=re.IGNORECASE)
-        for line in license_text.splitlines()
-        if line.strip().lower().startswith("copyright") and "holders" not in line.lower()
-    ]
-    body = "\n".join(f" {line}" if line.strip() else " ." for line in license_text.splitlines())
-    fields = [
-        f"Format: {DEP5}",
-        f"Upstream-Name: {plan.recipe.project}",
-    ]
-    if plan.wheel.home:
-        fields.append(f"Source: {plan.wheel.home}")
-    fields.append(f"Comment: {origin}")
-    copyright_lines = "\n".join(f" {h}" for h in holders[1:])
-    first = holders[0] if holders else "the ExecuTorch authors"
-    stanza = [
-        "Files: *",
-        f"Copyright: {first}" + (f"\n{copyright_lines}" if copyright_lines else ""),
-        f"License: {plan.wheel.license or 'unknown'}",
-        body.rstrip(" .\n"),
-    ]
-    return "\n".join(fields) + "\n\n" + "\n".join(stanza) + "\n"
 
 
 def changelog_text(source: str, version: str, maintainer: str, epoch: int, origin: str) -> str:

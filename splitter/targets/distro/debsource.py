@@ -23,7 +23,7 @@ from splitter.plan.layout import Layout
 from splitter.plan.report import record_name
 from splitter.platforms import SupportedPlatform
 from splitter.targets.archive import reproducible_tar_gz
-from splitter.targets.distro import debmeta
+from splitter.targets.distro import debmeta, dep5
 from splitter.targets.distro.common import (
     DEVELOPMENT,
     DistroPackage,
@@ -31,7 +31,6 @@ from splitter.targets.distro.common import (
     covering_paths,
     distro_of,
     external_requirements,
-    license_text,
     origin_sentence,
 )
 from splitter.targets.install import InstallFile, InstallPlan
@@ -139,10 +138,15 @@ def _write_debian(debian: Path, arches: list[ArchSource], epoch: int) -> None:
     origin = origin_sentence(first, record_name("<arch>"))
     files: dict[str, str] = {
         "source/format": f"{FORMAT}\n",
+        "source/lintian-overrides": (
+            "# debian/<package>.copyright (dh_installdocs installs it as that package's\n"
+            "# copyright) names the files the binary package installs, not source files.\n"
+            f"{first.recipe.project} source: superfluous-file-pattern\n"
+        ),
         "changelog": debmeta.changelog_text(
             first.recipe.project, version, distro.maintainer, epoch, origin
         ),
-        "copyright": debmeta.copyright_file(first, license_text(first), origin),
+        "copyright": dep5.copyright_file([a.plan for a in arches], None, origin),
         "control": _control(arches),
         "rules": _rules(arches),
         "clean": "debian/wheel/\n",
@@ -154,7 +158,10 @@ def _write_debian(debian: Path, arches: list[ArchSource], epoch: int) -> None:
     }
     for item in arches:
         files[f"split/{item.arch.deb}.list"] = item.replay.list
+    plans = [a.plan for a in arches]
     for name, (package, _) in _packages(arches).items():
+        # dh_installdocs installs debian/<package>.copyright as that package's copyright
+        files[f"{name}.copyright"] = dep5.copyright_file(plans, package.package.name, origin)
         if package.libraries:
             files[f"{name}.triggers"] = debmeta.LDCONFIG_TRIGGER
             files[f"shlibs/{name}.symbols"] = debmeta.symbols(

@@ -30,6 +30,7 @@ from splitter.manifest import Artifact
 from splitter.model import Limits, Plan, Target
 from splitter.plan.facts import arch_of
 from splitter.plan.layout import rpm_layout
+from splitter.plan.licences import licence_texts
 from splitter.plan.release import ReleasePlanning
 from splitter.plan.report import RECORD
 from splitter.targets.archive import reproducible_tar_gz
@@ -42,7 +43,6 @@ from splitter.targets.distro.common import (
     distro_of,
     distro_packages,
     external_requirements,
-    license_text,
     record_json,
     sbom_naming,
     stage_under,
@@ -211,18 +211,19 @@ def _arch_sources(
             sbom=sbom_naming(plan, distro, "rpm"),
         )
         packages = distro_packages(plan, staged, distro)
-        licence = (
-            plan.wheel.license_files[0].rsplit("/", 1)[-1] if plan.wheel.license_files else ""
-        ) or "LICENSE"
-        text = license_text(plan).encode()
-        # the licence and the exclusivity record of each package (under the prefix, /usr),
-        # which %files takes from the build root: generated files beside the install plan's
+        # the licence texts and the exclusivity record of each package (under the prefix,
+        # /usr), which %files takes from the build root: generated files beside the install
+        # plan's. Every binary package carries the texts of its split package's code (a
+        # development package its library's: its headers hold that code too).
+        texts = {p.name: licence_texts(plan, p.name) for p in plan.packages}
+        licences = {cut.name: tuple(t.name for t in texts[cut.package.name]) for cut in packages}
         added = []
         for cut in packages:
             name = cut.package.name
-            added.append(
-                InstallFile(package=name, path=f"share/licenses/{cut.name}/{licence}", data=text)
-            )
+            added += [
+                InstallFile(package=name, path=f"share/licenses/{cut.name}/{t.name}", data=t.data)
+                for t in texts[name]
+            ]
             if cut.role != DEVELOPMENT:
                 record = record_json(plan, cut.package, cut.name, cut.development)
                 added.append(
@@ -240,7 +241,7 @@ def _arch_sources(
         shutil.copyfile(plan.wheel.path, sources / names[0])
         (sources / names[1]).write_text(replay.list)
         _tar(sources / names[2], list(replay.generated), epoch)
-        return spec_arch(plan, arch, layout, packages, names, licence)
+        return spec_arch(plan, arch, layout, packages, names, licences)
     finally:
         shutil.rmtree(trees, ignore_errors=True)
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 import posixpath
 import textwrap
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from splitter.model import Distro, Plan
 from splitter.plan.layout import Layout
+from splitter.plan.licences import expression
 from splitter.plan.report import RECORD
 from splitter.platforms import SupportedPlatform
 from splitter.targets.distro.common import (
@@ -117,7 +119,7 @@ class SpecArch:
     wheel: str  # the Source file names
     list: str
     generated: str
-    licence: str  # the licence's file name in each package's licence directory
+    licences: Mapping[str, tuple[str, ...]]  # package -> its licence texts' file names
     packages: tuple[tuple[DistroPackage, tuple[str, ...]], ...]  # package, its /usr paths
     bare: frozenset[str]  # packages with an executable neither ELF nor script
     env: frozenset[str]  # packages with a script run through /usr/bin/env
@@ -129,7 +131,7 @@ def spec_arch(
     layout: Layout,
     packages: list[DistroPackage],
     sources: tuple[str, str, str],
-    licence: str,
+    licences: Mapping[str, tuple[str, ...]],
 ) -> SpecArch:
     """The architecture's part of the spec, read while its staged files exist."""
     root = "/" + layout.prefix.strip("/")
@@ -140,7 +142,7 @@ def spec_arch(
         wheel=sources[0],
         list=sources[1],
         generated=sources[2],
-        licence=licence,
+        licences=licences,
         packages=tuple((p, tuple(posixpath.join(root, f.path) for f in p.files)) for p in packages),
         bare=frozenset(p.name for p in packages if has_bare_executable(p.files)),
         env=frozenset(p.name for p in packages if has_env_script(p.files)),
@@ -194,7 +196,8 @@ def render_spec(arches: list[SpecArch], distro: Distro, install_split: str) -> s
         f"Version: {first.wheel.version}",
         f"Release: {distro.revision}",
         f"Packager: {distro.maintainer}",
-        f"License: {first.wheel.license or 'unknown'}",
+        # the main package's licence (the header's is its own), else every package's
+        f"License: {_licence(arches, name if name in _packages(arches) else None)}",
     ]
     if first.wheel.home:
         lines.append(f"URL: {first.wheel.home}")
@@ -213,7 +216,7 @@ def render_spec(arches: list[SpecArch], distro: Distro, install_split: str) -> s
     order = sorted(packages, key=lambda n: n != name)
     for package_name in order:
         package, where = packages[package_name]
-        lines += _package_section(first, package, where, machines, name)
+        lines += _package_section(arches, package, where, machines, name)
     lines += ["%prep", "%setup -q -c -T"]
     for item in arches:
         lines += [
@@ -245,9 +248,26 @@ def _suffix(rpm_name: str, spec: str) -> str:
     return "" if rpm_name == spec else f" -n {rpm_name}"
 
 
+def _licence(arches: list[SpecArch], rpm_name: str | None) -> str:
+    """The SPDX expression of binary package `rpm_name` (None: of every package) in every
+    architecture: the project's and every component found in its split package's files of
+    any architecture's wheel (a development package: its library's)."""
+    first = arches[0].plan
+    held = set()
+    for item in arches:
+        splits = {p.package.name for p, _ in item.packages if rpm_name in (None, p.name)}
+        held |= {f.component for f in item.plan.third_party if f.package in splits}
+    return expression(first.wheel.license, first.recipe.third_party, held)
+
+
 def _package_section(
-    plan: Plan, package: DistroPackage, where: list[str], machines: list[str], spec: str
+    arches: list[SpecArch],
+    package: DistroPackage,
+    where: list[str],
+    machines: list[str],
+    spec: str,
 ) -> list[str]:
+    plan = arches[0].plan
     lines = []
     if package.name != spec:
         lines.append(f"%package -n {package.name}")
@@ -258,6 +278,8 @@ def _package_section(
         summary = synopsis(package.package.summary)
         group = "Development/Languages/Python" if package.role == PYTHON else "System/Libraries"
     lines += [f"Summary: {summary}", f"Group: {group}"]
+    if package.name != spec:  # Fedora: each subpackage states the licences of its code
+        lines.append(f"License: {_licence(arches, package.name)}")
     if where != machines:
         lines.append(f"ExclusiveArch: {' '.join(where)}")
     # %{?_isa}: the sibling of this package's own architecture, as on a multilib system
@@ -311,7 +333,8 @@ def _files_section(arches: list[SpecArch], package: DistroPackage, spec: str) ->
     )[package.name]
     covered = {path for path, _ in entries}
     lines = [f"%files{_suffix(package.name, spec)}", "%defattr(-,root,root,-)"]
-    lines.append(f"%license %{{_licensedir}}/{package.name}/{arches[0].licence}")
+    texts = sorted({t for a in arches for t in a.licences.get(package.name, ())})
+    lines += [f"%license %{{_licensedir}}/{package.name}/{text}" for text in texts]
     if package.role != DEVELOPMENT:
         lines.append(f"%doc %{{_docdir}}/{package.name}/{RECORD}")
     own_dirs = {d for m in mine.values() for d in m}
