@@ -1,0 +1,162 @@
+"""What a distribution reviewer checks of the licences (issue 40): every package of the wheel,
+tree and conda targets carries the licence text of every third-party component found in its
+files (byte for byte as recipes/licenses keeps it) and none other, its format's licence field
+is an SPDX expression (parsed by license-expression, not a regular expression) naming exactly
+those licences, and its CycloneDX SBOM validates against the 1.6 schema and lists exactly the
+package's files with their sha256, as the package holds them."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+import zstandard
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
+from license_expression import get_spdx_licensing  # type: ignore[import-untyped]
+
+from splitter.model import Plan
+from splitter.plan.make import make_plan
+from splitter.plan.recipe import load_recipe
+from tests.builders import run_splitter
+
+pytestmark = pytest.mark.integration
+LICENSES = Path(__file__).resolve().parents[1] / "recipes" / "licenses"
+VALIDATOR = JsonStrictValidator(SchemaVersion.V1_6)
+
+
+@pytest.fixture(scope="module")
+def plan(real_wheel: Path) -> Plan:
+    return make_plan(real_wheel, load_recipe())
+
+
+@pytest.fixture(scope="module")
+def built(real_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = {}
+    for target in ("wheel", "tree", "conda"):
+        directory = tmp_path_factory.mktemp(target) / "out"
+        done = run_splitter("build", "--target", target, str(real_wheel), "-o", str(directory))
+        assert done.returncode == 0, done.stderr
+        out[target] = directory
+    return out
+
+
+def expected_texts(plan: Plan, package: str) -> dict[str, bytes]:
+    """The texts a package must carry, derived from the components nm finds in its files
+    (tests/test_components.py checks those against binutils): the wheel's own licence and
+    each component's file under recipes/licenses."""
+    held = {f.component for f in plan.third_party if f.package == package}
+    texts = {}
+    with zipfile.ZipFile(plan.wheel.path) as wheel:
+        for member in plan.wheel.license_files:
+            texts[member.rsplit("/", 1)[-1]] = wheel.read(member)
+    for component in plan.recipe.third_party:
+        if component.name in held:
+            (copy,) = (LICENSES / component.name).iterdir()
+            texts[f"{component.name}-{copy.name}"] = copy.read_bytes()
+    return texts
+
+
+def check_expression(plan: Plan, package: str, expression: str) -> None:
+    """Parses as SPDX (strict) and names exactly the project's and the components' licences."""
+    licensing = get_spdx_licensing()
+    parsed = licensing.parse(expression, validate=True, strict=True)
+    held = {f.component for f in plan.third_party if f.package == package}
+    wanted = {plan.wheel.license} | {c.license for c in plan.recipe.third_party if c.name in held}
+    keys = {str(s) for s in licensing.license_symbols(parsed, decompose=False)}
+    assert keys == {str(licensing.parse(w)) for w in wanted}, (package, expression)
+
+
+def check_sbom(text: bytes, files: dict[str, bytes], package: str, plan: Plan) -> None:
+    """Valid CycloneDX 1.6; its file components are exactly `files` with their sha256; its
+    third-party components are the package's."""
+    assert VALIDATOR.validate_str(text.decode()) is None
+    document = json.loads(text)
+    listed = {
+        c["name"]: c["hashes"][0]["content"] for c in document["components"] if c["type"] == "file"
+    }
+    assert listed == {path: hashlib.sha256(data).hexdigest() for path, data in files.items()}
+    libraries = {c["name"] for c in document["components"] if c["bom-ref"].startswith("component:")}
+    assert libraries == {f.component for f in plan.third_party if f.package == package}
+    assert document["metadata"]["component"]["licenses"] == [
+        {"expression": plan.package(package).license}
+    ]
+
+
+def test_wheels(plan: Plan, built: dict[str, Path]) -> None:
+    """Each wheel: License-Expression and License-File (Metadata 2.4), the texts in
+    .dist-info/licenses/, the SBOM in .dist-info/sboms/ listing every other member."""
+    for package in plan.packages:
+        (path,) = built["wheel"].glob(f"{package.name.replace('-', '_')}-*.whl")
+        with zipfile.ZipFile(path) as wheel:
+            members = {n: wheel.read(n) for n in wheel.namelist()}
+        (meta,) = [n for n in members if n.endswith(".dist-info/METADATA")]
+        dist_info = meta.rsplit("/", 1)[0]
+        headers = members[meta].decode().split("\n\n", 1)[0].splitlines()
+        (expression,) = [
+            h.split(": ", 1)[1] for h in headers if h.startswith("License-Expression:")
+        ]
+        check_expression(plan, package.name, expression)
+        texts = {
+            n.removeprefix(f"{dist_info}/licenses/"): data
+            for n, data in members.items()
+            if n.startswith(f"{dist_info}/licenses/")
+        }
+        assert texts == expected_texts(plan, package.name)
+        declared = {h.split(": ", 1)[1] for h in headers if h.startswith("License-File:")}
+        assert declared == set(texts)
+        sbom = f"{dist_info}/sboms/sbom.cdx.json"
+        others = {n: d for n, d in members.items() if n not in (sbom, f"{dist_info}/RECORD")}
+        check_sbom(members[sbom], others, package.name, plan)
+
+
+def test_trees(plan: Plan, built: dict[str, Path]) -> None:
+    """Each tree: its .json's licence, share/licenses/<package>/, the SBOM listing every file."""
+    for package in plan.packages:
+        record = json.loads((built["tree"] / f"{package.name}.json").read_text())
+        check_expression(plan, package.name, record["license"])
+        root = built["tree"] / package.name / "usr" / "local"
+        licences = root / "share" / "licenses" / package.name
+        texts = {p.name: p.read_bytes() for p in licences.iterdir()}
+        assert texts == expected_texts(plan, package.name)
+        sbom = root / "share" / "doc" / package.name / "sbom.cdx.json"
+        files = {
+            p.relative_to(root).as_posix(): p.read_bytes()
+            for p in root.rglob("*")
+            if p.is_file() and not p.is_symlink() and p != sbom
+        }
+        check_sbom(sbom.read_bytes(), files, package.name, plan)
+
+
+def test_conda_packages(plan: Plan, built: dict[str, Path]) -> None:
+    """Each .conda: about.json's license, info/licenses/, the SBOM listing every file of the
+    pkg- archive (as packed: conda's prefix replacement happens at install time)."""
+    for package in plan.packages:
+        (path,) = (built["conda"] / plan.platform.conda_subdir).glob(f"{package.name}-*.conda")
+        archives = {}
+        with zipfile.ZipFile(path) as conda:
+            for name in conda.namelist():
+                if name.endswith(".tar.zst"):
+                    data = zstandard.ZstdDecompressor().decompressobj().decompress(conda.read(name))
+                    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+                        archives[name[:4]] = {
+                            m.name: tar.extractfile(m).read()  # type: ignore[union-attr]
+                            for m in tar.getmembers()
+                            if m.isfile()
+                        }
+        about = json.loads(archives["info"]["info/about.json"])
+        check_expression(plan, package.name, about["license"])
+        texts = {
+            n.removeprefix("info/licenses/"): d
+            for n, d in archives["info"].items()
+            if n.startswith("info/licenses/")
+        }
+        assert texts == expected_texts(plan, package.name)
+        sbom = f"share/doc/{package.name}/sbom.cdx.json"
+        files = {n: d for n, d in archives["pkg-"].items() if n != sbom}
+        check_sbom(archives["pkg-"][sbom], files, package.name, plan)
