@@ -175,7 +175,14 @@ def test_packages_hold_the_record_licence_and_cmake_config(
             conan_in(conan, home, "cache", "path", f"{package}/1.5.1:{package_id}").strip()
         )
         assert (folder / "lib" / library).is_file()
-        assert (folder / "licenses" / "LICENSE").read_text().startswith("BSD")
+        licences = folder / "licenses" / package
+        assert (licences / "LICENSE").read_text().startswith("BSD")
+        # the runtime's libraries carry Eigen (MPL-2.0) and more; the quantized kernels none
+        texts = {p.name for p in licences.iterdir()}
+        assert ("Eigen-COPYING.MPL2" in texts) == (package == "executorch-runtime")
+        assert texts != {"LICENSE"} or package == "executorch-kernels-quantized"
+        sbom = json.loads((folder / "share" / "doc" / package / "sbom.cdx.json").read_text())
+        assert sbom["metadata"]["component"]["purl"] == f"pkg:conan/{package}@1.5.1"
         record = json.loads(
             (folder / "share" / "doc" / package / "splitter-process-exclusive.json").read_text()
         )

@@ -156,7 +156,10 @@ def expected_files(plan: Plan, package: str, libdir: str) -> dict[str, set[str]]
     name = NAMES[package]
     dev = {f for f in files if f.startswith(DEV_DIRS)} if package in DEV else set()
     cut = {name: files - dev}
-    cut[name] |= {f"/usr/share/doc/{name}/splitter-process-exclusive.amd64.json"}
+    cut[name] |= {
+        f"/usr/share/doc/{name}/splitter-process-exclusive.amd64.json",
+        f"/usr/share/doc/{name}/sbom-amd64.cdx.json",  # the split package's SBOM
+    }
     if dev:
         cut[DEV[package]] = dev
     for each in cut:

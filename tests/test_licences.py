@@ -57,8 +57,8 @@ def expected_texts(plan: Plan, package: str) -> dict[str, bytes]:
             texts[member.rsplit("/", 1)[-1]] = wheel.read(member)
     for component in plan.recipe.third_party:
         if component.name in held:
-            (copy,) = (LICENSES / component.name).iterdir()
-            texts[f"{component.name}-{copy.name}"] = copy.read_bytes()
+            copy = LICENSES / f"{component.name}-{component.license_path.rsplit('/', 1)[-1]}"
+            texts[copy.name] = copy.read_bytes()
     return texts
 
 

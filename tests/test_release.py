@@ -614,9 +614,13 @@ def test_trees(release_wheels: dict[str, list[Path]], tmp_path: Path) -> None:
         assert (site / "extension" / "pybindings").is_dir(), site
         listed = (out / "linux-64" / f"{tree.name}.install").read_text().splitlines()
         assert listed and all(
-            line.startswith(f"usr/lib/python{python}/") or line.startswith("usr/bin/")
+            line.startswith((f"usr/lib/python{python}/", "usr/bin/", "usr/share/"))
             for line in listed
         )
+        shared = [line for line in listed if line.startswith("usr/share/")]
+        assert f"usr/share/doc/{tree.name}/sbom.cdx.json" in shared
+        assert "usr/share/licenses/executorch-export/LICENSE" in shared
+        assert all(line.startswith(("usr/share/doc/", "usr/share/licenses/")) for line in shared)
     runtime = json.loads((out / "linux-64" / "executorch-runtime.json").read_text())
     assert runtime["input"]["filename"] == release_wheels["linux-64"][0].name  # cp310's
     # verify on the trees: the cp311 export tree beside the shared ones runs the model (C++ on

@@ -154,6 +154,9 @@ def test_provides_and_requires(rpms: Path) -> None:
         assert conflicts == []
 
 
+RECORD_NAME = "splitter-process-exclusive.json"
+
+
 def expected_files(plan: Plan, package: str) -> dict[str, set[str]]:
     """The plan's files for one split package under the RPM layout, cut into its library
     (or Python) package and its -devel package, plus licence and record."""
@@ -170,11 +173,19 @@ def expected_files(plan: Plan, package: str) -> dict[str, set[str]]:
     files |= {f"/usr/{path}" for path, _, _ in generated_files(plan, pkg, layout)}
     name = NAMES[package]
     dev = {f for f in files if f.startswith(DEV_DIRS)} if package in DEVEL else set()
-    cut = {name: (files - dev) | {f"/usr/share/doc/{name}/splitter-process-exclusive.json"}}
+    docs = {f"/usr/share/doc/{name}/{leaf}" for leaf in (RECORD_NAME, "sbom.cdx.json")}
+    cut = {name: (files - dev) | docs}
     if dev:
         cut[DEVEL[package]] = dev
+    # every binary package: the wheel's licence and the text of each component in its files
+    held = {f.component for f in plan.third_party if f.package == package}
+    texts = ["LICENSE"] + [
+        f"{c.name}-{c.license_path.rsplit('/', 1)[-1]}"
+        for c in plan.recipe.third_party
+        if c.name in held
+    ]
     for each in cut:
-        cut[each].add(f"/usr/share/licenses/{each}/LICENSE")
+        cut[each] |= {f"/usr/share/licenses/{each}/{text}" for text in texts}
     return cut
 
 

@@ -77,6 +77,9 @@ def test_layout(tree: Path) -> None:
         f"{PREFIX}/lib/libexecutorch_kernels_quantized.so",
         f"{PREFIX}/lib/cmake/executorch/executorch-component-kernels_quantized.cmake",
         f"{PREFIX}/lib/pkgconfig/executorch-kernels-quantized.pc",
+        # its licence (no third-party code: the wheel's alone) and its SBOM
+        f"{PREFIX}/share/licenses/executorch-kernels-quantized/LICENSE",
+        f"{PREFIX}/share/doc/executorch-kernels-quantized/sbom.cdx.json",
     }
     export = staged_files(tree, "executorch-export")
     assert f"{PREFIX}/{SITE}/executorch/exir/__init__.py" in export
@@ -101,7 +104,11 @@ def test_rpm_files_and_json_manifest(tree: Path) -> None:
     rpm = (tree / "executorch-kernels-quantized.files").read_text().splitlines()
     assert rpm[0] == "%files -n executorch-kernels-quantized"
     assert "/usr/local/lib/libexecutorch_kernels_quantized.so" in rpm
-    assert not any(line.startswith("%dir") for line in rpm)  # its directories are the runtime's
+    # its directories are the runtime's, but for its own documentation and licence ones
+    assert [line for line in rpm if line.startswith("%dir")] == [
+        "%dir /usr/local/share/doc/executorch-kernels-quantized",
+        "%dir /usr/local/share/licenses/executorch-kernels-quantized",
+    ]
     assert "%dir /usr/local/include/executorch" in (tree / "executorch-runtime.files").read_text()
     manifest = json.loads((tree / "executorch-export.json").read_text())
     assert {d["name"] for d in manifest["depends"]} == {

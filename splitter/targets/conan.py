@@ -143,8 +143,9 @@ def _stage(
     os_name, arch = _settings(plan)
     key = f"{os_name}-{arch}"
     layout = make_layout(plan.wheel, "/", "lib", "include", None)
-    # Conan's place for licence texts: licenses/ in the package folder
-    layout = dataclasses.replace(layout, licensedir="licenses")
+    # Conan's place for licence texts: licenses/ in the package folder (a folder per package:
+    # the packages are staged as one install plan, whose paths are unique across packages)
+    layout = dataclasses.replace(layout, licensedir="licenses/{package}")
     roots = {p.name: scratch / "stage" / key / p.name for p in packages}
     stage(
         plan,

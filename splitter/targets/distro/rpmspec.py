@@ -333,13 +333,19 @@ def _files_section(arches: list[SpecArch], package: DistroPackage, spec: str) ->
     )[package.name]
     covered = {path for path, _ in entries}
     lines = [f"%files{_suffix(package.name, spec)}", "%defattr(-,root,root,-)"]
-    texts = sorted({t for a in arches for t in a.licences.get(package.name, ())})
-    lines += [f"%license %{{_licensedir}}/{package.name}/{text}" for text in texts]
+    # a licence text only some architectures' binaries need (KleidiAI: aarch64) in %ifarch
+    texts: dict[str, list[str]] = {}
+    for item in arches:
+        for text in item.licences.get(package.name, ()):
+            texts.setdefault(text, []).append(item.arch.machine)
+    by_arch: dict[tuple[str, ...], list[str]] = {}
+    for text, machines_of in sorted(texts.items()):
+        line = f"%license %{{_licensedir}}/{package.name}/{text}"
+        by_arch.setdefault(tuple(sorted(machines_of)), []).append(line)
     if package.role != DEVELOPMENT:
         lines.append(f"%doc %{{_docdir}}/{package.name}/{RECORD}")
     own_dirs = {d for m in mine.values() for d in m}
     dirs = sorted(d for d in own_dirs if not any(d == c or d.startswith(c + "/") for c in covered))
-    by_arch: dict[tuple[str, ...], list[str]] = {}
     for directory in dirs:
         found = tuple(sorted(a for a, m in mine.items() if directory in m))
         by_arch.setdefault(found, []).append(f'%dir "{directory}"')
