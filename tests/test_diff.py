@@ -15,7 +15,7 @@ from conftest import _download
 
 from splitter.plan.diff import Break, Reason, Verdict, diff_plans
 from splitter.plan.diffmeta import Meta, MetadataChange
-from splitter.plan.diffreport import report_lines
+from splitter.plan.diffreport import diff_json, report_lines
 from splitter.plan.make import make_plan
 from splitter.plan.recipe import load_recipe
 
@@ -336,3 +336,49 @@ def test_a_new_cmake_component(tmp_path: Path) -> None:
         Reason(kind=Break.METADATA, subject="extra", metadata=removal),
     )
     assert "  incompatible: CMake component extra: removed" in report_lines(shrunk)
+
+
+COMPONENT = """
+[[third_party]]
+name = "nlohmann_json"
+license = "MIT"
+url = "https://github.com/nlohmann/json"
+license_text = { repo = "nlohmann/json", path = "LICENSE.MIT", revision = "REVISION" }
+symbols = ["json_*"]
+"""
+
+
+def test_a_new_third_party_component(tmp_path: Path) -> None:
+    """A library that starts carrying another project's code (nm sees its symbols): diff
+    names the component as added, for review, and the package's licence as changed."""
+    shipped = next(c for c in load_recipe().third_party if c.name == "nlohmann_json")
+    recipe_path = tmp_path / "recipe.toml"
+    recipe_path.write_text(RECIPE + COMPONENT.replace("REVISION", shipped.license_revision))
+    recipe = load_recipe(recipe_path)  # its licence text: the shipped copy
+    (tmp_path / "old").mkdir()
+    (tmp_path / "new").mkdir()
+    old_lib = plain_library(tmp_path / "old", "int kept(void) { return 1; }", "libexecutorch.so")
+    new_lib = plain_library(
+        tmp_path / "new",
+        "int kept(void) { return 1; }\nint json_parse(void) { return 2; }",
+        "libexecutorch.so",
+    )
+    old = small(tmp_path / "o", "1.5.0", old_lib, "executorch/a.py")
+    new = small(tmp_path / "n", "1.5.1", new_lib, "executorch/a.py")
+    unpacked = tmp_path / "lib.so"
+    unpacked.write_bytes(new_lib)
+    listing = subprocess.run(
+        ["nm", "-D", "--defined-only", str(unpacked)], capture_output=True, text=True, check=True
+    ).stdout
+    assert "json_parse" in listing  # binutils sees the component's symbol
+    found = diff_plans(make_plan(old, recipe), make_plan(new, recipe))
+    runtime = next(p for p in found.packages if p.name == "executorch-runtime")
+    assert runtime.third_party == ((), ("nlohmann_json",))
+    assert runtime.license[1] == f"{runtime.license[0]} AND MIT"
+    kinds = {(m.kind, m.subject) for m in runtime.metadata}
+    assert (Meta.THIRD_PARTY_ADDED, "nlohmann_json") in kinds
+    assert (Meta.LICENSE_CHANGED, "executorch-runtime") in kinds
+    assert runtime.verdict is Verdict.COMPATIBLE  # nothing a consumer built against breaks
+    shown = diff_json(found)["packages"]["executorch-runtime"]  # type: ignore[index]
+    assert shown["third_party"] == {"from": [], "to": ["nlohmann_json"]}
+    assert "third-party component nlohmann_json: added (review its licence)" in shown["metadata"]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import zstandard
+from builders import run_splitter
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 from license_expression import get_spdx_licensing  # type: ignore[import-untyped]
@@ -23,7 +24,6 @@ from license_expression import get_spdx_licensing  # type: ignore[import-untyped
 from splitter.model import Plan
 from splitter.plan.make import make_plan
 from splitter.plan.recipe import load_recipe
-from tests.builders import run_splitter
 
 pytestmark = pytest.mark.integration
 LICENSES = Path(__file__).resolve().parents[1] / "recipes" / "licenses"

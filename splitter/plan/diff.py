@@ -20,6 +20,7 @@ package (whose old version conflicts with the new one).
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -120,6 +121,10 @@ class PackageDiff:
     metadata: tuple[MetadataChange, ...] = ()
     verdict: Verdict = Verdict.UNCHANGED
     reasons: tuple[Reason, ...] = ()  # why incompatible
+    # what it holds of other projects, old and new (shown changed or not: a packager reviews
+    # the licences of a release), and its SPDX expression, old and new ("": absent)
+    third_party: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+    license: tuple[str, str] = ("", "")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -195,7 +200,13 @@ def diff_plans(old: Plan, new: Plan) -> SplitDiff:
     packages = []
     for name, lists in found.items():
         metadata = diff_metadata(name, old, new)
-        packages.append(_judged(name, lists, metadata))
+        held, holds = _held(old, name), _held(new, name)
+        judged = _judged(name, lists, metadata)
+        packages.append(
+            dataclasses.replace(
+                judged, third_party=(held[0], holds[0]), license=(held[1], holds[1])
+            )
+        )
     return SplitDiff(old=old.wheel.filename, new=new.wheel.filename, packages=tuple(packages))
 
 
@@ -237,6 +248,14 @@ def _binary_changes(
             if not change.empty:
                 changes.append((path, change))
     return changes
+
+
+def _held(plan: Plan, name: str) -> tuple[tuple[str, ...], str]:
+    """Package `name`'s third-party components and licence in `plan` (none: absent)."""
+    for package in plan.packages:
+        if package.name == name:
+            return package.third_party, package.license
+    return (), ""
 
 
 def _added(before: Iterable[str], after: Iterable[str]) -> tuple[str, ...]:

@@ -25,6 +25,9 @@ class Meta(StrEnum):
     REQUIRES_CHANGED = "requires changed"  # its pip requirement or its conda mapping
     EXCLUSIVE_STATE = "exclusive state"  # a process-exclusivity verdict: in effect, not, absent
     EXCLUSIVE_EVIDENCE = "exclusive evidence"  # the same state, on other evidence
+    THIRD_PARTY_ADDED = "third party added"  # a component found in its files: review it
+    THIRD_PARTY_REMOVED = "third party removed"
+    LICENSE_CHANGED = "license changed"  # the package's SPDX expression
 
 
 # What was built against the old package stops working without it.
@@ -49,6 +52,7 @@ class MetadataChange:
     subject: str
     requires: tuple[Requirement | None, Requirement | None] = (None, None)  # old, new
     in_effect: tuple[bool | None, bool | None] = (None, None)  # old, new; None: absent
+    license: tuple[str, str] = ("", "")  # old, new SPDX expressions (LICENSE_CHANGED)
 
     @property
     def compatible(self) -> bool:
@@ -58,7 +62,8 @@ class MetadataChange:
 
 def diff_metadata(name: str, old: Plan, new: Plan) -> tuple[MetadataChange, ...]:
     """How package `name` of the old split differs from the new beside its files, in order:
-    the package itself, dependencies, CMake components, requirements, exclusivity."""
+    the package itself, dependencies, CMake components, third-party components, its licence,
+    requirements, exclusivity."""
     mine, theirs = _package(old, name), _package(new, name)
     if mine is None or theirs is None:
         kind = Meta.PACKAGE_NEW if mine is None else Meta.PACKAGE_GONE
@@ -75,9 +80,17 @@ def diff_metadata(name: str, old: Plan, new: Plan) -> tuple[MetadataChange, ...]
             set(mine.cmake_components),
             set(theirs.cmake_components),
         ),
+        (
+            (Meta.THIRD_PARTY_ADDED, Meta.THIRD_PARTY_REMOVED),
+            set(mine.third_party),
+            set(theirs.third_party),
+        ),
     ):
         found += [MetadataChange(kind=added, subject=x) for x in sorted(after - before)]
         found += [MetadataChange(kind=removed, subject=x) for x in sorted(before - after)]
+    if mine.license != theirs.license:
+        licences = (mine.license, theirs.license)
+        found.append(MetadataChange(kind=Meta.LICENSE_CHANGED, subject=name, license=licences))
     # external requirements by name: pip's requirement and its conda mapping
     was = {d.name: Requirement(pip=d.pip, conda=d.conda) for d in mine.externals}
     now = {d.name: Requirement(pip=d.pip, conda=d.conda) for d in theirs.externals}

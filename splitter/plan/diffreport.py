@@ -28,6 +28,9 @@ METADATA: dict[Meta, str] = {
     ),
     Meta.EXCLUSIVE_STATE: "process-exclusive {subject}: {was} -> {now}",
     Meta.EXCLUSIVE_EVIDENCE: "process-exclusive {subject}: {now}, evidence changed",
+    Meta.THIRD_PARTY_ADDED: "third-party component {subject}: added (review its licence)",
+    Meta.THIRD_PARTY_REMOVED: "third-party component {subject}: removed",
+    Meta.LICENSE_CHANGED: "licence: {was} -> {now}",
 }
 # An exclusivity verdict's state in a split: None where the split has no such verdict.
 STATES: dict[bool | None, str] = {None: "absent", True: "in effect", False: "not in effect"}
@@ -92,9 +95,14 @@ PHRASES: dict[str, str] = {
 def metadata_text(change: MetadataChange) -> str:
     """One metadata change in words."""
     exclusive = change.kind in (Meta.EXCLUSIVE_STATE, Meta.EXCLUSIVE_EVIDENCE)
-    was, now = (
-        (STATES[change.in_effect[0]], STATES[change.in_effect[1]]) if exclusive else change.requires
-    )
+    was: object
+    now: object
+    if exclusive:
+        was, now = STATES[change.in_effect[0]], STATES[change.in_effect[1]]
+    elif change.kind is Meta.LICENSE_CHANGED:
+        was, now = change.license
+    else:
+        was, now = change.requires
     return METADATA[change.kind].format(subject=change.subject, was=was, now=now)
 
 
@@ -165,6 +173,8 @@ def diff_json(found: SplitDiff, abi: list[AbiReport] | None = None) -> dict[str,
                     {"from": m.old, "to": m.new, "from_package": m.old_package} for m in p.moved
                 ],
                 "metadata": [metadata_text(m) for m in p.metadata],
+                "third_party": {"from": list(p.third_party[0]), "to": list(p.third_party[1])},
+                "license": {"from": p.license[0], "to": p.license[1]},
                 "binaries": [
                     {
                         "path": b.path,
