@@ -407,3 +407,4 @@ class Only(StrEnum):
     RELOCATION = "relocation"
     PYTHON = "python"
     DEPENDS = "depends"  # .deb and .rpm outputs
+    SBOM = "sbom"  # each installed package's SBOM against what is installed

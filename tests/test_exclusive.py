@@ -256,8 +256,9 @@ def test_verify_real_wheel_output(outputs: dict[str, dict[str, Path]]) -> None:
         "missing component": 2,
         "relocation": 1,
         "model (Python)": 1,
+        "sbom": 3,  # one per wheel, each valid and matching what is installed
     }
-    assert len(checks) == 110 + 6
+    assert len(checks) == 110 + 6 + 3
 
 
 def test_verify_fails_when_metadata_lies(

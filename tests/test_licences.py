@@ -24,10 +24,14 @@ from license_expression import get_spdx_licensing  # type: ignore[import-untyped
 from splitter.model import Plan
 from splitter.plan.make import make_plan
 from splitter.plan.recipe import load_recipe
+from splitter.verify.install import install
+from splitter.verify.rows import Status
+from splitter.verify.sbom import sbom_checks
 
 pytestmark = pytest.mark.integration
 LICENSES = Path(__file__).resolve().parents[1] / "recipes" / "licenses"
 VALIDATOR = JsonStrictValidator(SchemaVersion.V1_6)
+PACKAGES = ("executorch-runtime", "executorch-kernels-quantized", "executorch-export")
 
 
 @pytest.fixture(scope="module")
@@ -160,3 +164,33 @@ def test_conda_packages(plan: Plan, built: dict[str, Path]) -> None:
         sbom = f"share/doc/{package.name}/sbom.cdx.json"
         files = {n: d for n, d in archives["pkg-"].items() if n != sbom}
         check_sbom(archives["pkg-"][sbom], files, package.name, plan)
+
+
+def test_verify_checks_each_sbom_against_the_installed_files(
+    built: dict[str, Path], tmp_path: Path
+) -> None:
+    """verify's sbom rows: one per package, passing on the tree as built; a listed file whose
+    bytes changed after install, or that is gone, fails its package's row, named."""
+    installed = install(built["tree"], tmp_path / "root")
+    rows = sbom_checks(installed)
+    assert [r.subject.rsplit("/", 2)[-2] for r in rows] == sorted(PACKAGES)
+    assert all(r.status is Status.PASS for r in rows), rows
+    quantized = next(installed.root.rglob("libexecutorch_kernels_quantized.so"))
+    quantized.write_bytes(quantized.read_bytes() + b"\0")
+    header = next(installed.root.rglob("evalue.h"))
+    header.unlink()
+    failed = {r.subject.rsplit("/", 2)[-2]: r.detail for r in sbom_checks(installed)}
+    assert (
+        "lib/libexecutorch_kernels_quantized.so: sha256 differs"
+        in failed["executorch-kernels-quantized"]
+    )
+    assert (
+        "include/executorch/runtime/core/evalue.h: listed, not installed"
+        in failed["executorch-runtime"]
+    )
+    statuses = {r.subject.rsplit("/", 2)[-2]: r.status for r in sbom_checks(installed)}
+    assert statuses == {
+        "executorch-export": Status.PASS,
+        "executorch-kernels-quantized": Status.FAIL,
+        "executorch-runtime": Status.FAIL,
+    }

@@ -24,6 +24,7 @@ class Row(StrEnum):
     KERNELS = "kernels"
     TOGETHER = "together"
     CMAKE_DARWIN = "cmake (Darwin, no compiler)"
+    SBOM = "sbom"
 
 
 # What a row expects, for the rows whose expectation does not depend on the output.

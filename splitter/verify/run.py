@@ -30,6 +30,7 @@ from splitter.verify.macos import NEEDS_MACOS, is_macos_output, macos_checks
 from splitter.verify.recipe import build_recipe
 from splitter.verify.release import Environment, release_environments
 from splitter.verify.rows import CHECKS, EXPECTED, FOREIGN, Check, Row, Status, skipped
+from splitter.verify.sbom import sbom_checks
 
 # What the CLI and the tests take from here (the checks' records and the entry point).
 __all__ = ["CHECKS", "NO_CMAKE", "Check", "Status", "depends_check", "verify"]
@@ -136,15 +137,17 @@ def _verify(
     with tempfile.TemporaryDirectory(prefix="splitter-verify-") as scratch_name:
         scratch = Path(scratch_name)
         full = install(out, scratch / "full", paths=paths)
+        # static: the SBOMs are checked wherever the output runs or not
+        checks += sbom_checks(full) if Only.SBOM in only else []
         if is_macos_output(full):
-            return _macos(full, options)
+            return checks + _macos(full, options)
         theirs, here = full.platform, machine_subdir()
         emulator = None
         if theirs != here:
             found = emulator_for(theirs, options.cross_cxx)
             if isinstance(found, str):  # nothing here runs its programs: every check says so
                 rows = [row for name in only for row in FOREIGN.get(name, ())]
-                return [skipped(row, EXPECTED[row], found) for row in rows]
+                return checks + [skipped(row, EXPECTED[row], found) for row in rows]
             emulator = found
         torch_python = python if emulator is None and torch_available(python) else None
         items = coload_items(full.libdir, full.sitedir) if Only.CO_LOAD in only else []
