@@ -95,6 +95,8 @@ class WheelInfo:
     license_files: tuple[str, ...]
     timestamp: int
     entries: tuple[WheelEntry, ...]
+    # the bytes of each of license_files, in order (verified against RECORD with the rest)
+    license_texts: tuple[bytes, ...] = field(default=(), repr=False)
 
     @property
     def tag(self) -> str:

@@ -176,6 +176,7 @@ def _read_archive(
     if str(metadata.version) != str(fversion):
         raise InvalidWheel(f"METADATA version {metadata.version} != file name {fversion}: {path}")
     tag = sorted(tags, key=str)[0]
+    licences = tuple(sorted(n for n in infos if n.startswith(f"{dist_info}/licenses/")))
     return WheelInfo(
         path=path.resolve(),
         filename=path.name,
@@ -194,7 +195,8 @@ def _read_archive(
         requires_dist=tuple(str(r) for r in metadata.requires_dist or ()),
         provides_extra=tuple(str(e) for e in metadata.provides_extra or ()),
         console_scripts=_console_scripts(archive, infos, f"{dist_info}/entry_points.txt"),
-        license_files=tuple(sorted(n for n in infos if n.startswith(f"{dist_info}/licenses/"))),
+        license_files=licences,
+        license_texts=tuple(archive.read(infos[n]) for n in licences),
         timestamp=max(_epoch(i.date_time) for i in infos.values()),
         entries=tuple(entries),
     )

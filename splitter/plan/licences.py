@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from splitter.input.payload import Payload
 from splitter.model import ComponentFound, Plan, ThirdParty
 
 UNKNOWN = "LicenseRef-unknown"  # a wheel that states no licence: say so, do not guess
@@ -57,11 +56,9 @@ def licence_texts(plan: Plan, package: str) -> tuple[LicenceText, ...]:
     names) and, for each third-party component it holds, that component's text as copied
     from upstream, named `<component>-<file>` as the recipe keeps it; each as its source has
     it, byte for byte."""
-    with Payload(plan.wheel) as source:  # verified against RECORD as it is read
-        own = {member: source.read(member) for member in plan.wheel.license_files}
     texts = [
-        LicenceText(name=member.rsplit("/", 1)[-1], component="", origin=member, data=own[member])
-        for member in plan.wheel.license_files
+        LicenceText(name=member.rsplit("/", 1)[-1], component="", origin=member, data=data)
+        for member, data in zip(plan.wheel.license_files, plan.wheel.license_texts, strict=True)
     ]
     chosen = set(plan.package(package).third_party)
     for component in plan.recipe.third_party:

@@ -9,6 +9,7 @@ the same split writes the same bytes."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -60,7 +61,7 @@ def render_sbom(
                     {
                         "type": "application",
                         "name": "splitter",
-                        "version": importlib.metadata.version("splitter"),
+                        "version": _version(),
                     }
                 ]
             },
@@ -175,6 +176,16 @@ def _file_component(file: SbomFile) -> Json:
     }
 
 
+@functools.cache
+def _version() -> str:
+    """splitter's version, as the manifest and --version say it (looked up once)."""
+    return importlib.metadata.version("splitter")
+
+
 def _dump(document: Json) -> bytes:
-    """The document as the SBOM file holds it: sorted keys, two-space indent, UTF-8."""
-    return (json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+    """The document as the SBOM file holds it: sorted keys, compact, UTF-8, one line. Without
+    an indent json.dumps runs its C encoder: for the export package's 4,500 files rendered
+    twice (the serial number hashes the document), 0.33 s of a 2 s build with an indent,
+    against a few hundredths without (cProfile of one cp311 x86_64 conda build)."""
+    text = json.dumps(document, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return (text + "\n").encode()
