@@ -167,7 +167,7 @@ def apply(
             handle.write(data)
 
     runpaths = install.runpaths()
-    relocate(plan, install, runpaths, roots)
+    written = relocate(plan, install, runpaths, roots)
     union = {f.path: f.real for files in staged.values() for f in files}
     allowed = frozenset(plan.recipe.system_sonames) | frozenset(
         s for e in plan.recipe.externals for s in e.sonames
@@ -190,7 +190,7 @@ def apply(
             os.chmod(done.real, 0o755 if done.executable else 0o644)
             os.utime(done.real, (plan.wheel.timestamp, plan.wheel.timestamp))
     if sbom is not None:
-        install = _add_sboms(plan, install, roots, staged, sbom)
+        install = _add_sboms(plan, install, roots, staged, sbom, written)
     return Staged(
         layout=layout,
         install=install,
@@ -215,21 +215,20 @@ def _add_sboms(
     roots: Mapping[str, str],
     staged: dict[str, list[StagedFile]],
     naming: Naming,
+    relocated: Mapping[str, str],
 ) -> InstallPlan:
     """Write each package's SBOM beside its files (its digests: RECORD's for a wheel file
-    copied as it is, the bytes' for a generated file, the written file's for an edited
-    binary), add it to `staged` and return `install` with it."""
+    copied as it is, the bytes' for a generated file, `relocated`'s for a binary whose search
+    path was written), add it to `staged` and return `install` with it."""
     digests = {e.path: e.sha256 for e in plan.wheel.entries}
-    written = {done.path: done.real for files in staged.values() for done in files}
     added = []
     for name in install.packages:
         files = []
         for item in install.of(name):
             if item.data is not None:
                 digest = hashlib.sha256(item.data).hexdigest()
-            elif item.edited:
-                with open(written[item.path], "rb") as handle:
-                    digest = hashlib.file_digest(handle, "sha256").hexdigest()
+            elif item.path in relocated:
+                digest = relocated[item.path]
             else:
                 digest = digests[item.source]
             files.append(SbomFile(path=item.path, sha256=digest, source=item.source))
@@ -306,18 +305,22 @@ def relocate(
     install: InstallPlan,
     runpaths: Mapping[str, tuple[str, ...]],
     roots: Mapping[str, str],
-) -> None:
+) -> dict[str, str]:
     """Give every shipped binary of `install` the search path the install plan computed:
-    patchelf for ELF, the LC_RPATHs of a Mach-O file (re-signed) where they change."""
+    patchelf for ELF, the LC_RPATHs of a Mach-O file (re-signed) where they change. Returns
+    each one's sha256 as written (what its package's SBOM states), hashed in the same worker
+    while the file is fresh in the page cache, beside the other worker's tool process."""
     files = {f.path: f for f in install.files if f.runpath is not None}
 
-    def apply(dest: str) -> None:
+    def apply(dest: str) -> tuple[str, str]:
         item = files[dest]
         real = Path(roots[item.package]) / dest
         if item.rpaths is not None:
             set_macho_rpaths(real, item.rpaths, runpaths[dest])
         else:
             set_runpath(real, runpaths[dest])
+        with real.open("rb") as handle:
+            return dest, hashlib.file_digest(handle, "sha256").hexdigest()
 
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:  # one tool process per file
-        list(pool.map(apply, sorted(runpaths)))
+        return dict(pool.map(apply, sorted(runpaths)))
