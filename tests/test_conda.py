@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
+import zstandard
 from conda_tools import install, torch_python
 from consumer_tools import (
     CMAKE_LABELS,
@@ -256,6 +260,19 @@ def paths_json(package: Path) -> dict[str, dict[str, object]]:
     return {p["_path"]: p for p in json.loads(conda_info_file(package, "info/paths.json"))["paths"]}
 
 
+def licence_names(package: Path) -> list[str]:
+    """The licence texts a .conda holds (its info/licenses/, read from the info- tar)."""
+    with zipfile.ZipFile(package) as conda:
+        (member,) = [n for n in conda.namelist() if n.startswith("info-")]
+        data = zstandard.ZstdDecompressor().decompressobj().decompress(conda.read(member))
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        return sorted(
+            n.removeprefix("info/licenses/")
+            for n in tar.getnames()
+            if n.startswith("info/licenses/")
+        )
+
+
 def comparable_depends(package: Path) -> list[str]:
     """Run dependencies with sibling build strings dropped (each route hashes its own)."""
     depends = json.loads(conda_info_file(package, "info/index.json"))["depends"]
@@ -280,6 +297,16 @@ def test_rattler_build_recipe_builds_the_same_split(
             if "prefix_placeholder" not in entry and "prefix_placeholder" not in theirs[path]:
                 assert theirs[path]["sha256"] == entry["sha256"], path
         assert comparable_depends(built[name]) == comparable_depends(assembled[name]), name
+        # the recipe's about.license and license_file: the same expression and texts
+        about = [
+            json.loads(conda_info_file(p[name], "info/about.json")) for p in (assembled, built)
+        ]
+        assert about[0]["license"] == about[1]["license"] == real_plan.package(name).license
+        texts = licence_names(assembled[name])
+        assert texts == licence_names(built[name]) and "LICENSE" in texts, name
+        for text in texts:
+            wanted = conda_info_file(assembled[name], f"info/licenses/{text}")
+            assert conda_info_file(built[name], f"info/licenses/{text}") == wanted, text
 
 
 def test_conda_build_meta_describes_the_same_outputs(channel: Path) -> None:

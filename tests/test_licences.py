@@ -140,8 +140,31 @@ def test_trees(plan: Plan, built: dict[str, Path]) -> None:
 def test_conda_packages(plan: Plan, built: dict[str, Path]) -> None:
     """Each .conda: about.json's license, info/licenses/, the SBOM listing every file of the
     pkg- archive (as packed: conda's prefix replacement happens at install time)."""
+    check_conda(plan, built["conda"])
+
+
+@pytest.mark.parametrize("fixture", ["real_wheel_aarch64", "real_wheel_macos"])
+def test_other_platforms_conda_packages(
+    fixture: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The aarch64 and macOS arm64 wheels carry more (KleidiAI; MLX and metal-cpp): their
+    packages say so, each with the texts of what it holds."""
+    wheel: Path = request.getfixturevalue(fixture)
+    other = make_plan(wheel, load_recipe())
+    held = {f.component for f in other.third_party}
+    assert "KleidiAI" in held
+    if fixture == "real_wheel_macos":
+        assert {"MLX", "metal-cpp"} <= held
+    out = tmp_path / "out"
+    done = run_splitter("build", "--target", "conda", str(wheel), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    check_conda(other, out)
+
+
+def check_conda(plan: Plan, out: Path) -> None:
+    """Every package of a conda build of `plan`: expression, texts and SBOM (see above)."""
     for package in plan.packages:
-        (path,) = (built["conda"] / plan.platform.conda_subdir).glob(f"{package.name}-*.conda")
+        (path,) = (out / plan.platform.conda_subdir).glob(f"{package.name}-*.conda")
         archives = {}
         with zipfile.ZipFile(path) as conda:
             for name in conda.namelist():

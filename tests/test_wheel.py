@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -239,3 +240,35 @@ def test_description_names_the_recipes_externals(real_plan: Plan) -> None:
     text = description(real_plan, moved)
     assert "torch>=9.1,<9.2" in text and "2.13" not in text
     assert "[externals]" not in description(real_plan, real_plan.package("executorch-runtime"))
+
+
+def test_pip_shows_each_packages_licence(
+    real_plan: Plan, wheels: dict[str, Path], tmp_path: Path
+) -> None:
+    """pip-installed, each wheel states its own SPDX expression through importlib.metadata
+    (License-Expression, Metadata 2.4) and installs its licence texts and its SBOM."""
+    python = venv(tmp_path / "venv")
+    names = ("executorch-runtime", "executorch-kernels-quantized")
+    pip(python, "install", "--no-index", *(str(wheels[n]) for n in names))
+    script = (
+        "import importlib.metadata as m, json, sys\n"
+        "out = {}\n"
+        "for name in sys.argv[1:]:\n"
+        "    files = [str(f) for f in m.files(name)]\n"
+        "    out[name] = [m.metadata(name)['License-Expression'], files]\n"
+        "print(json.dumps(out))\n"
+    )
+    shown = subprocess.run(
+        [str(python), "-c", script, *names], capture_output=True, text=True, check=True
+    )
+    found = json.loads(shown.stdout)
+    for name in names:
+        expression, files = found[name]
+        assert expression == real_plan.package(name).license
+        dist_info = f"{name.replace('-', '_')}-{real_plan.wheel.version}.dist-info"
+        assert f"{dist_info}/licenses/LICENSE" in files
+        assert f"{dist_info}/sboms/sbom.cdx.json" in files
+    runtime = found["executorch-runtime"][1]
+    assert any(f.endswith("/licenses/Eigen-COPYING.MPL2") for f in runtime)  # MPL-2.0 code
+    assert "MPL-2.0" in found["executorch-runtime"][0]
+    assert found["executorch-kernels-quantized"][0] == real_plan.wheel.license
