@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from builders import verify_refuses_altered
 from consumer_tools import build_consumer, cmake_executable, expected_output, run_model
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
 
 from splitter.errors import MissingToolError, RecipeError, UsageError
 from splitter.model import Plan
@@ -642,3 +644,34 @@ def test_source_package_files_are_artifacts_verify_checks(debs: Path, tmp_path: 
         assert item["sha256"] == hashlib.sha256((debs / name).read_bytes()).hexdigest()
     for name in on_disk:
         verify_refuses_altered(debs, name, tmp_path)
+
+
+def test_each_deb_states_the_licences_of_its_code(installed: Path, real_plan: Plan) -> None:
+    """The runtime's DEP-5 copyright (which lintian parses) gives the files carrying
+    third-party code their own stanzas naming those licences, with each text or Debian's
+    common-licenses; the kernels' names the project's alone. Each library package's SBOM
+    validates as CycloneDX 1.6 and states the sha256 of every installed file it lists."""
+    doc = installed / "usr" / "share" / "doc"
+    runtime = (doc / "libexecutorch" / "copyright").read_text()
+    assert "Files: usr/lib/*/libexecutorch_kernels_optimized.so" in runtime
+    stanza = runtime.split("Files: usr/lib/*/libexecutorch_kernels_optimized.so", 1)[1]
+    assert "MPL-2.0" in stanza.split("\n\n", 1)[0]  # Eigen's, on the file that holds it
+    assert "/usr/share/common-licenses/MPL-2.0" in runtime
+    assert "Copyright 2019 Google LLC" in runtime  # pthreadpool's own holders
+    quantized = (doc / "libexecutorch-kernels-quantized" / "copyright").read_text()
+    assert quantized.count("\nFiles: ") == 1  # Files: * alone: no third-party code
+    assert (doc / "libexecutorch" / "copyright").read_bytes() == (
+        doc / "libexecutorch-dev" / "copyright"
+    ).read_bytes()  # one split package, one copyright
+    for split, name in NAMES.items():
+        sbom = doc / name / "sbom-amd64.cdx.json"
+        text = sbom.read_text()
+        assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(text) is None
+        document = json.loads(text)
+        assert document["metadata"]["component"]["licenses"] == [
+            {"expression": real_plan.package(split).license}
+        ]
+        for component in document["components"]:
+            if component["type"] == "file":
+                data = (installed / "usr" / component["name"]).read_bytes()
+                assert hashlib.sha256(data).hexdigest() == component["hashes"][0]["content"]

@@ -16,6 +16,9 @@ from pathlib import Path
 import pytest
 from builders import verify_refuses_altered
 from consumer_tools import build_consumer, cmake_executable, expected_output, run_model
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
+from license_expression import get_spdx_licensing  # type: ignore[import-untyped]
 
 from splitter.errors import MissingToolError, RecipeError
 from splitter.model import Plan
@@ -393,3 +396,40 @@ def test_src_rpm_is_an_artifact_verify_checks(rpms: Path, tmp_path: Path) -> Non
     ]
     assert sources[0]["sha256"] == hashlib.sha256(srpm.read_bytes()).hexdigest()
     verify_refuses_altered(rpms, srpm.name, tmp_path)
+
+
+def test_each_rpm_states_the_licences_of_its_code(
+    rpms: Path, installed: Path, real_plan: Plan
+) -> None:
+    """rpm -qp's License of every binary package is its split package's SPDX expression
+    (parsed by license-expression; Fedora: each subpackage its own); the library packages'
+    SBOM validates as CycloneDX 1.6 and lists what rpm says each installed file's digest is."""
+    licensing = get_spdx_licensing()
+    for split, name in NAMES.items():
+        expected = real_plan.package(split).license
+        for each in [name, DEVEL.get(split)]:
+            if each is None:
+                continue
+            (licence,) = query("-qp", "--qf", "%{LICENSE}\n", str(rpm_of(rpms, each)))
+            assert licence == expected, each
+            licensing.parse(licence, validate=True, strict=True)
+        sbom = installed / "usr" / "share" / "doc" / name / "sbom.cdx.json"
+        text = sbom.read_text()
+        assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(text) is None
+        listed = {
+            c["name"]: c["hashes"][0]["content"]
+            for c in json.loads(text)["components"]
+            if c["type"] == "file"
+        }
+        # rpm's own record of each installed regular file's digest (sha256 by default)
+        digests = {}
+        for each in [name, DEVEL.get(split)]:
+            if each is None:
+                continue
+            lines = rpm_root(installed, "-q", "--qf", "[%{FILENAMES}\t%{FILEDIGESTS}\n]", each)
+            for line in lines.stdout.splitlines():
+                path, digest = line.split("\t")
+                if digest:
+                    digests[path] = digest
+        for path, digest in listed.items():
+            assert digests.get(f"/usr/{path}") == digest, path
