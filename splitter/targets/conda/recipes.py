@@ -16,14 +16,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from splitter.errors import RecipeError
 from splitter.model import PackagePlan, Plan
 from splitter.plan.licences import licence_texts
 from splitter.plan.report import verdict_json
 from splitter.targets.conda.meta import conda_depends, run_exports
 from splitter.targets.install import InstallPlan
 from splitter.targets.replay import GENERATED, LIST, Replay, install_split, render_replay
-
-LICENSES = "licenses"  # a package's licence texts in its support folder (about.license_file)
 
 INSTALL_SH = "install.sh"  # the replay script (splitter.targets.replay), beside each recipe
 NEEDS = {False: "Needs unzip and patchelf.", True: "Needs unzip, install_name_tool and codesign."}
@@ -72,21 +71,27 @@ def write_support(
             target.write_bytes(data)
             target.chmod(0o755 if executable else 0o644)
         (folder / LIST).write_text(replay.list)
+        # the licence texts in the recipe's own directory, by their names: rattler-build puts
+        # a license_file at its path relative to the recipe in info/licenses/, so the rebuilt
+        # packages name them as the assembled ones (one name is one text: a component's, or
+        # the wheel's own licence file)
         for text in licence_texts(plan, package.name):
-            (folder / LICENSES).mkdir(exist_ok=True)
-            (folder / LICENSES / text.name).write_bytes(text.data)
+            target = directory / text.name
+            if target.exists() and target.read_bytes() != text.data:
+                raise RecipeError(
+                    f"two licence texts named {text.name} differ ({text.origin}): {directory}",
+                    "give the wheels of one recipe the same licence files",
+                )
+            target.write_bytes(text.data)
 
 
-def about_licence(plan: Plan, package: PackagePlan, folder: str) -> list[str]:
+def about_licence(plan: Plan, package: PackagePlan) -> list[str]:
     """The about: keys of `package`'s licence (recipe YAML, six spaces in): its SPDX
-    expression and its texts, which write_support puts in its support folder."""
+    expression and its texts, which write_support puts beside the recipe."""
     return [
         f"      license: {q(package.license)}",
         "      license_file:",
-        *(
-            f"        - {q(f'{folder}/{LICENSES}/{text.name}')}"
-            for text in licence_texts(plan, package.name)
-        ),
+        *(f"        - {q(text.name)}" for text in licence_texts(plan, package.name)),
     ]
 
 
@@ -164,7 +169,7 @@ def render_rattler_recipe(plan: Plan, builds: dict[str, str], url: str) -> str:
         lines += [
             "    about:",
             f"      summary: {q(package.summary)}",
-            *about_licence(plan, package, package.name),
+            *about_licence(plan, package),
             f"      homepage: {q(plan.wheel.home)}",
         ]
     lines += [
@@ -219,7 +224,7 @@ def render_conda_build_meta(plan: Plan, builds: dict[str, str], url: str) -> str
         lines += [
             "    about:",
             f"      summary: {q(package.summary)}",
-            *about_licence(plan, package, package.name),
+            *about_licence(plan, package),
             f"      home: {q(plan.wheel.home)}",
         ]
     lines += [

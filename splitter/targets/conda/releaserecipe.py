@@ -109,7 +109,7 @@ def _source(variant: Variant, indent: str) -> list[str]:
     ]
 
 
-def _tail(plan: Plan, package: PackagePlan, folder: str) -> list[str]:
+def _tail(plan: Plan, package: PackagePlan) -> list[str]:
     lines = []
     if run_exports(package):
         lines += [
@@ -121,7 +121,7 @@ def _tail(plan: Plan, package: PackagePlan, folder: str) -> list[str]:
         *lines,
         "    about:",
         f"      summary: {q(package.summary)}",
-        *about_licence(plan, package, folder),
+        *about_licence(plan, package),
         f"      homepage: {q(plan.wheel.home)}",
     ]
 
@@ -143,7 +143,7 @@ def _shared_output(source: Variant, package: PackagePlan) -> list[str]:
         "    requirements:",
         "      run:",
         *run_lines(depends, siblings, PIN),
-        *_tail(plan, package, package.name),
+        *_tail(plan, package),
     ]
 
 
@@ -173,6 +173,5 @@ def _python_output(variants: Sequence[Variant], package: PackagePlan) -> list[st
         siblings = {d.name for d in mine.depends}
         lines += [f"        - if: python == {q(v.python)}", "          then:"]
         lines += ["    " + line for line in run_lines(depends, siblings, PIN)]
-    # the licence texts of the oldest Python's support folder: every wheel of a release
-    # holds the same components (splitter.plan.release checks each package's licence)
-    return lines + _tail(variants[0].plan, package, f"{package.name}/{variants[0].tag}")
+    # the oldest Python's licence: every wheel of a platform holds the same components
+    return lines + _tail(variants[0].plan, package)
