@@ -233,7 +233,7 @@ def _add_sboms(
                 digest = digests[item.source]
             files.append(SbomFile(path=item.path, sha256=digest, source=item.source))
         called, purl, path = naming(name)
-        siblings = {naming(d.name)[0]: naming(d.name)[1] for d in plan.package(name).depends}
+        siblings = dict(naming(d.name)[:2] for d in plan.package(name).depends)
         data = render_sbom(plan, name, called, purl, files, siblings)
         real = f"{roots[name]}/{path}"
         make_dirs(os.path.dirname(real))

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from splitter.model import Plan, ThirdParty
 from splitter.plan.layout import deb_layout, install_path
-from splitter.plan.licences import LicenceText, licence_texts
+from splitter.plan.licences import UNKNOWN, LicenceText, licence_texts
 from splitter.platforms import by_wheel_tag
 
 DEP5 = "https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/"
@@ -49,8 +49,12 @@ def copyright_file(plans: Sequence[Plan], package: str | None, origin: str) -> s
             path = f"usr/{dest}".replace(f"/{triplet}/", "/*/")
             found.setdefault(path, set()).add(f.component)
             by_path[path] = by_path.get(path, True) and bool(f.paths) and not f.patterns
-    project = first.wheel.license or "LicenseRef-unknown"
+    project = first.wheel.license or UNKNOWN
     short = _short_names(project, [components[c] for c in components if c in texts])
+    order = list(components)
+    # the source package's files are the wheels and the lists: Files: * names every licence
+    star = [project] if package is not None else [project, *(short[c] for c in order if c in texts)]
+    holders = _holders(texts.get(""), f"the {first.recipe.project} authors")
     paragraphs = [
         "\n".join(
             [
@@ -60,18 +64,13 @@ def copyright_file(plans: Sequence[Plan], package: str | None, origin: str) -> s
                 f"Comment: {origin}",
             ]
         ),
-        _files("*", _holders(texts.get(""), "the ExecuTorch authors"), [project]),
+        _files("*", holders, star),
     ]
-    order = list(components)
-    if package is None:  # the source package: its files are the wheels and the lists
-        every = [project, *(short[c] for c in order if c in texts)]
-        paragraphs[1] = _files("*", _holders(texts.get(""), "the ExecuTorch authors"), every)
-        found = {}
     groups: dict[tuple[tuple[str, ...], bool], list[str]] = {}
-    for path, carried in sorted(found.items()):
+    for path, carried in sorted(found.items() if package is not None else ()):
         key = (tuple(sorted(carried, key=order.index)), by_path[path])
         groups.setdefault(key, []).append(path)
-    for (held, wholly), paths in sorted(groups.items(), key=lambda g: (g[0], g[1])):
+    for (held, wholly), paths in sorted(groups.items()):
         holders = [h for c in held for h in _holders(texts.get(c), f"the {c} authors")]
         licences = [short[c] for c in held]
         if not wholly:
