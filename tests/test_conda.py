@@ -217,19 +217,34 @@ def test_entry_point(prefixes: dict[str, Path]) -> None:
     assert os.access(prefix / "bin" / "flatc", os.X_OK)
 
 
+@pytest.mark.parametrize("spelling", ["executorch", "ExecuTorch"])
 @pytest.mark.parametrize("cmake_label", list(CMAKE_LABELS), ids=lambda v: f"cmake-{v}")
-def test_cpp_consumer(cmake_label: str, prefixes: dict[str, Path], tmp_path: Path) -> None:
+def test_cpp_consumer(
+    cmake_label: str, spelling: str, prefixes: dict[str, Path], tmp_path: Path
+) -> None:
+    """find_package under either spelling users write builds and runs the quantized model, and
+    on a prefix without the quantized package stops at configure naming that package."""
     cmake = cmake_executable(cmake_label)
     result = build_consumer(
-        cmake, tmp_path / "q", prefix=prefixes["runtime+quantized"], quantized=True
+        cmake,
+        tmp_path / "q",
+        prefix=prefixes["runtime+quantized"],
+        quantized=True,
+        spelling=spelling,
     )
     assert result.returncode == 0, result.output
     run = run_model(result.runner, tmp_path / "out.bin")
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "out.bin").read_bytes() == expected_output()
-    alone = build_consumer(cmake, tmp_path / "r", prefix=prefixes["runtime"], quantized=True)
+    alone = build_consumer(
+        cmake, tmp_path / "r", prefix=prefixes["runtime"], quantized=True, spelling=spelling
+    )
     assert alone.returncode != 0
-    assert "install the executorch-kernels-quantized package" in " ".join(alone.output.split())
+    said = " ".join(alone.output.split())
+    assert f"Could not find a configuration file for package \"{spelling}\"" not in said
+    assert "component 'kernels_quantized' is not installed: install the " \
+        "executorch-kernels-quantized package" in said
+    assert "Configuring incomplete" in said and not (tmp_path / "r" / "runner").exists()
 
 
 def test_python_side_from_the_prefix(prefixes: dict[str, Path]) -> None:

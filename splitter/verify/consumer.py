@@ -69,9 +69,11 @@ def build_consumer(
     config_dir: Path | None = None,
     quantized: bool,
     toolchain: Path | None = None,
+    spelling: str = "executorch",
 ) -> Configured:
     """Configure and build the consumer against an install prefix or a config directory;
-    with a CMake `toolchain` file, for another architecture (splitter.verify.emulate)."""
+    with a CMake `toolchain` file, for another architecture (splitter.verify.emulate);
+    `spelling` is the name the consumer gives find_package."""
     args = [
         str(cmake),
         "-S",
@@ -80,11 +82,12 @@ def build_consumer(
         str(build_dir),
         "-DCMAKE_BUILD_TYPE=Release",
         f"-DWITH_QUANTIZED={'ON' if quantized else 'OFF'}",
+        f"-DPACKAGE_SPELLING={spelling}",
     ]
     if prefix is not None:
         args.append(f"-DCMAKE_PREFIX_PATH={prefix}")
     if config_dir is not None:
-        args.append(f"-Dexecutorch_DIR={config_dir}")
+        args.append(f"-D{spelling}_DIR={config_dir}")
     if toolchain is not None:
         args.append(f"-DCMAKE_TOOLCHAIN_FILE={toolchain}")
     configure = subprocess.run(args, capture_output=True, text=True, check=False)
