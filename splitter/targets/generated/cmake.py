@@ -1,4 +1,4 @@
-"""Render the CMake package config and pkg-config files of each package (pure: writes nothing).
+"""Render the CMake package config files of each package (pure: writes nothing).
 
 The runtime package installs the core `executorch-config.cmake` and its version file, plus one
 fragment per component it ships; every other package installs only its own fragments. The core
@@ -111,51 +111,6 @@ def render_fragment(
         )
         + extra
     )
-
-
-def render_pkgconfig(
-    *,
-    name: str,
-    description: str,
-    version: str,
-    to_prefix: str,
-    libdir: str,
-    includedir: str,
-    libs: tuple[str, ...],
-    retained: tuple[str, ...],
-    requires: str = "",
-    cflags: bool = True,
-    definitions: tuple[str, ...] = (),
-    retain: bool = True,
-) -> str:
-    """A relocatable .pc file (prefix from ${pcfiledir}); `retained` libs stay NEEDED, with
-    GNU ld's --no-as-needed when `retain` (ld64 on macOS keeps every dylib it is given)."""
-    lines = [
-        f"prefix=${{pcfiledir}}/{to_prefix}",
-        f"libdir=${{prefix}}/{libdir}",
-        f"includedir=${{prefix}}/{includedir}",
-        "",
-        f"Name: {name}",
-        f"Description: {description}",
-        f"Version: {version}",
-    ]
-    if requires:
-        lines.append(f"Requires: {requires}")
-    flags = ["-L${libdir}"]
-    if retained and not retain:
-        flags += [f"-l{lib}" for lib in retained]
-    elif retained:
-        flags += [
-            "-Wl,--push-state,--no-as-needed",
-            *(f"-l{lib}" for lib in retained),
-            "-Wl,--pop-state",
-        ]
-    flags += [f"-l{lib}" for lib in libs]
-    lines.append("Libs: " + " ".join(flags))
-    if cflags:
-        defs = " ".join(f"-D{d}" for d in definitions)
-        lines.append(f"Cflags: -I${{includedir}} -I${{includedir}}/{C10_INCLUDE} {defs}".rstrip())
-    return "\n".join(lines) + "\n"
 
 
 def render_exclusive(component: str, pairs: list[tuple[str, bool, str, str]]) -> str:

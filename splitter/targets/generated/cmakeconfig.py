@@ -2,7 +2,7 @@
 nothing): locate the prefix from the file's own directory, load whichever component fragments
 are installed, name the package to install for a missing component, and define upstream
 1.5.1's variables and, on CMake >= 3.28, imported targets. The text is
-templates/executorch-config.cmake.in; the fragments, version file and pkg-config files are
+templates/executorch-config.cmake.in; the fragments and version file are
 rendered in splitter.cmake."""
 
 from __future__ import annotations

@@ -18,10 +18,10 @@ from splitter.targets.generated.cmake import (
     CMakeLayout,
     render_exclusive,
     render_fragment,
-    render_pkgconfig,
     render_version,
 )
 from splitter.targets.generated.cmakeconfig import render_config
+from splitter.targets.generated.pkgconfig import render_pkgconfig
 
 # The words before the input wheel's name wherever a package says where it comes from; a
 # changelog that wraps the name and digest over lines lays them out itself.
