@@ -14,8 +14,10 @@ from pathlib import Path
 
 from splitter.binaries.elf import analyse_elf
 from splitter.verify.consumer import (  # noqa: F401  (re-exported for the tests)
+    CONSUMER,
     MODEL,
     RUN_PTE,
+    Configured,
     build_consumer,
     cmake_version,
     expected_output,
@@ -85,18 +87,60 @@ def cmake_executable(label: str) -> Path:
     return binary
 
 
-def conan_executable() -> Path:
-    """Conan 2 from ci/locks/conan.lock, in a venv of its own in the cache (its requirements,
-    requests and Jinja2 among them, stay out of the test environment)."""
-    _, digest = lock_file("conan")
-    target = cache_root() / "conan" / digest
-    binary = target / "bin" / "conan"
-    with cache_lock("conan"):
-        if not binary.exists():
+def locked_venv(name: str) -> Path:
+    """The bin directory of a venv in the cache holding exactly ci/locks/<name>.lock (its
+    requirements stay out of the test environment)."""
+    _, digest = lock_file(name)
+    target = cache_root() / name / digest
+    with cache_lock(name):
+        if not (target / ".complete").exists():
             shutil.rmtree(target, ignore_errors=True)
             subprocess.run([sys.executable, "-m", "venv", str(target)], check=True)
-            pip_install_locked(target / "bin" / "python", "conan")
-    return binary
+            pip_install_locked(target / "bin" / "python", name)
+            (target / ".complete").touch()
+    return target / "bin"
+
+
+def conan_executable() -> Path:
+    """Conan 2 from ci/locks/conan.lock (requests and Jinja2 among its requirements)."""
+    return locked_venv("conan") / "conan"
+
+
+def build_meson(
+    build_dir: Path,
+    *,
+    quantized: bool,
+    pkg_config_path: Path | None = None,
+    cmake_prefix: Path | None = None,
+    cmake: Path | None = None,
+) -> Configured:
+    """Configure and build the meson consumer (splitter/checks/consumer/meson.build, the CMake
+    consumer's runner.cpp) with meson and ninja from ci/locks/meson.lock: through pkg-config
+    from `pkg_config_path`, or through meson's CMake method with `cmake` and `cmake_prefix`.
+    The environment is otherwise empty of search paths, so nothing else is found."""
+    bin_dir = locked_venv("meson")
+    method = "pkg-config" if cmake is None else "cmake"
+    path = [str(bin_dir), "/usr/bin", "/bin"]
+    env = {"PATH": os.pathsep.join(path), "HOME": str(build_dir.parent)}
+    if cmake is not None:
+        env["PATH"] = os.pathsep.join([str(cmake.parent), *path])
+        env["CMAKE_PREFIX_PATH"] = str(cmake_prefix)
+    if pkg_config_path is not None:
+        env["PKG_CONFIG_PATH"] = str(pkg_config_path)
+    setup = [str(bin_dir / "meson"), "setup", str(build_dir), str(CONSUMER)]
+    setup += [f"-Dquantized={'true' if quantized else 'false'}", f"-Dmethod={method}"]
+    configure = subprocess.run(setup, capture_output=True, text=True, check=False, env=env)
+    output = configure.stdout + configure.stderr
+    if configure.returncode != 0:
+        return Configured(configure.returncode, output, build_dir)
+    build = subprocess.run(
+        [str(bin_dir / "ninja"), "-C", str(build_dir)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+    return Configured(build.returncode, output + build.stdout + build.stderr, build_dir)
 
 
 def needed(binary: Path) -> list[str]:

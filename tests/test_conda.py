@@ -241,9 +241,11 @@ def test_cpp_consumer(
     )
     assert alone.returncode != 0
     said = " ".join(alone.output.split())
-    assert f"Could not find a configuration file for package \"{spelling}\"" not in said
-    assert "component 'kernels_quantized' is not installed: install the " \
+    assert f'Could not find a configuration file for package "{spelling}"' not in said
+    assert (
+        "component 'kernels_quantized' is not installed: install the "
         "executorch-kernels-quantized package" in said
+    )
     assert "Configuring incomplete" in said and not (tmp_path / "r" / "runner").exists()
 
 

@@ -107,7 +107,7 @@ def test_macos_config_configures_for_darwin(built: Built, target: str, tmp_path:
         )
         assert values["SPLITTER_APPLE"] == "1"
         options = values["SPLITTER_OPTIONS"].split(";")
-        assert options[:2] == ["LINKER:-rpath,@loader_path", "LINKER:-rpath,@loader_path/../lib"]
+        assert options[:2] == ["-Wl,-rpath,@loader_path", "-Wl,-rpath,@loader_path/../lib"]
         assert not any("ORIGIN" in o or "new-dtags" in o for o in options), options
 
 

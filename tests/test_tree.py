@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -12,7 +13,9 @@ from pathlib import Path
 import pytest
 from consumer_tools import (
     CMAKE_LABELS,
+    CONSUMER,
     build_consumer,
+    build_meson,
     cmake_executable,
     cmake_version,
     expected_output,
@@ -245,27 +248,141 @@ def test_rpath_strip(real_plan: Plan, tmp_path: Path) -> None:
         )
 
 
-def test_pkgconfig(prefixes: dict[str, Path]) -> None:
+UPSTREAM_PC = Path(__file__).parent / "data" / "upstream" / "executorch.pc.in"
+
+
+def pkg_config(pc_dir: Path, *args: str) -> list[str]:
+    """pkg-config's answer for `args`, searching `pc_dir` only, with every path normalised."""
+    result = subprocess.run(
+        ["pkg-config", *args],
+        env={"PKG_CONFIG_PATH": str(pc_dir), "PKG_CONFIG_LIBDIR": "", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [
+        re.sub(r"(/[^,\s]*)", lambda m: os.path.normpath(m[1]), f) for f in result.stdout.split()
+    ]
+
+
+def test_pkgconfig_keeps_upstreams_flags(
+    prefixes: dict[str, Path], real_wheel: Path, tmp_path: Path
+) -> None:
+    """Upstream's own executorch.pc.in (tools/cmake, verbatim), configured for the same prefix,
+    against splitter's executorch.pc: every flag of upstream's is in ours, and ours adds exactly
+    what the README lists: the two definitions of splitter's CMake config, the runtime
+    package's other libraries (from the wheel) and one argument keeping them NEEDED."""
+    prefix = prefixes["runtime+quantized"]
+    values = {
+        "CMAKE_INSTALL_PREFIX": str(prefix),
+        "CMAKE_INSTALL_FULL_LIBDIR": str(prefix / "lib"),
+        "CMAKE_INSTALL_FULL_INCLUDEDIR": str(prefix / "include"),
+        "PROJECT_VERSION": "1.5.1",
+    }
+    upstream = tmp_path / "upstream"
+    upstream.mkdir()
+    text = re.sub(r"@(\w+)@", lambda m: values[m[1]], UPSTREAM_PC.read_text())
+    (upstream / "executorch.pc").write_text(text)
+    ours = prefix / "lib" / "pkgconfig"
+    for query in (["--modversion"], ["--cflags"], ["--libs"]):
+        assert set(pkg_config(upstream, *query, "executorch")) <= set(
+            pkg_config(ours, *query, "executorch")
+        ), query
+    assert pkg_config(ours, "--variable=exec_prefix", "executorch") == [str(prefix)]
+    upstream_flags = set(pkg_config(upstream, "--cflags", "--libs", "executorch"))
+    added = [
+        f for f in pkg_config(ours, "--cflags", "--libs", "executorch") if f not in upstream_flags
+    ]
+    with zipfile.ZipFile(real_wheel) as wheel:
+        libraries = sorted(
+            Path(n).name
+            for n in wheel.namelist()
+            if re.fullmatch(r"executorch/lib/lib\w+\.so", n)
+            and "quantized" not in n
+            and Path(n).name != "libexecutorch.so"
+        )
+    kept = ",".join(f"{prefix}/lib/{name}" for name in libraries)
+    assert sorted(added) == sorted(
+        [
+            "-DET_EVENT_TRACER_ENABLED",
+            "-DET_USE_THREADPOOL",
+            *(f"-l{name[3:-3]}" for name in libraries),
+            f"-Wl,--push-state,--no-as-needed,{kept},--pop-state",
+        ]
+    )
+    quantized = pkg_config(ours, "--libs", "executorch-kernels-quantized")
+    assert (
+        f"-Wl,--push-state,--no-as-needed,{prefix}/lib/libexecutorch_kernels_quantized.so,--pop-state"
+        in quantized
+    )
+    assert "-lexecutorch" in quantized  # Requires: executorch
+
+
+def test_plain_compiler_with_as_needed(prefixes: dict[str, Path], tmp_path: Path) -> None:
+    """A Makefile's way, with --as-needed (Debian's and Ubuntu's toolchain default) before the
+    .pc flags: the quantized library stays NEEDED (readelf) and the model runs."""
     pc_dir = prefixes["runtime+quantized"] / "lib" / "pkgconfig"
-    env = {"PKG_CONFIG_PATH": str(pc_dir), "PATH": "/usr/bin:/bin"}
-    if shutil.which("pkg-config") is None:
-        pytest.skip("pkg-config is not installed")
-    libs = subprocess.run(
-        ["pkg-config", "--libs", "executorch-kernels-quantized"],
-        env=env,
-        capture_output=True,
-        text=True,
+    runner = tmp_path / "runner"
+    subprocess.run(
+        [
+            "g++",
+            "-std=c++17",
+            "-O1",
+            *pkg_config(pc_dir, "--cflags", "executorch-kernels-quantized"),
+            str(CONSUMER / "runner.cpp"),
+            "-o",
+            str(runner),
+            "-Wl,--as-needed",
+            *pkg_config(pc_dir, "--libs", "executorch-kernels-quantized"),
+            f"-Wl,-rpath,{pc_dir.parent}",
+        ],
         check=True,
-    ).stdout
-    assert "-lexecutorch_kernels_quantized" in libs and "-lexecutorch" in libs
-    cflags = subprocess.run(
-        ["pkg-config", "--cflags", "executorch"],
-        env=env,
         capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert "-DC10_USING_CUSTOM_GENERATED_MACROS" in cflags
+    )
+    assert "libexecutorch_kernels_quantized.so" in readelf_dynamic(runner)["NEEDED"]
+    run = run_model(runner, tmp_path / "out.bin")
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "out.bin").read_bytes() == expected_output()
+
+
+def test_meson_pkgconfig(prefixes: dict[str, Path], tmp_path: Path) -> None:
+    """meson's dependency('executorch') and dependency('executorch-kernels-quantized'), through
+    pkg-config, with meson's default --as-needed: the model runs byte-identical; on a prefix
+    without the quantized package, configure fails naming it."""
+    prefix = prefixes["runtime+quantized"]
+    built = build_meson(
+        tmp_path / "m", quantized=True, pkg_config_path=prefix / "lib" / "pkgconfig"
+    )
+    assert built.returncode == 0, built.output
+    assert "libexecutorch_kernels_quantized.so" in readelf_dynamic(built.runner)["NEEDED"]
+    run = run_model(built.runner, tmp_path / "out.bin")
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "out.bin").read_bytes() == expected_output()
+    alone = build_meson(
+        tmp_path / "a", quantized=True, pkg_config_path=prefixes["runtime"] / "lib" / "pkgconfig"
+    )
+    assert alone.returncode != 0
+    assert 'Dependency "executorch-kernels-quantized" not found' in alone.output
+    assert not alone.runner.exists()
+
+
+@pytest.mark.parametrize("cmake_label", ["3.28", "4.x"], ids=lambda v: f"cmake-{v}")
+def test_meson_cmake_method(cmake_label: str, prefixes: dict[str, Path], tmp_path: Path) -> None:
+    """meson's CMake method (the imported targets, CMake >= 3.28) runs the model; without the
+    quantized package configure fails with the config's message naming the package."""
+    cmake = cmake_executable(cmake_label)
+    prefix = prefixes["runtime+quantized"]
+    built = build_meson(tmp_path / "m", quantized=True, cmake=cmake, cmake_prefix=prefix)
+    assert built.returncode == 0, built.output
+    assert "libexecutorch_kernels_quantized.so" in readelf_dynamic(built.runner)["NEEDED"]
+    run = run_model(built.runner, tmp_path / "out.bin")
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "out.bin").read_bytes() == expected_output()
+    alone = build_meson(
+        tmp_path / "a", quantized=True, cmake=cmake, cmake_prefix=prefixes["runtime"]
+    )
+    assert alone.returncode != 0
+    assert QUANTIZED_MESSAGE in " ".join(alone.output.split())
 
 
 @pytest.mark.parametrize("cmake_label", list(CMAKE_LABELS), ids=lambda v: f"cmake-{v}")

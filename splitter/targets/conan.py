@@ -9,7 +9,9 @@ headers, licence, the exclusivity record, and splitter's generated CMake config:
 writes the same `find_package(executorch COMPONENTS kernels_quantized)` as with every other
 channel, found through CMakeToolchain (`cmake_find_mode none`, the config directory as a
 `builddirs` entry, which CMakeToolchain puts on CMAKE_PREFIX_PATH); `package_info` gives the
-same components, include directories and definitions to Conan's other generators.
+same components, include directories, definitions and kept-NEEDED link flags as splitter's .pc
+files to Conan's other generators: PkgConfigDeps writes `executorch.pc` and
+`executorch-kernels-quantized.pc`, the names a meson or make project asks for anyway.
 
 OUT holds `<package>/conanfile.py` and `<package>-<version>-<os>-<arch>.conan.tgz`, written by
 `conan cache save` from a scratch cache that `conan export-pkg` filled; `conan cache restore`
@@ -41,7 +43,8 @@ from splitter.plan.request import check_planned
 from splitter.platforms import by_subdir, supported
 from splitter.targets.archive import reproducible_tar_gz
 from splitter.targets.builder import artifact
-from splitter.targets.generated.cmake import BASE_DEFINITIONS, C10_INCLUDE, RUNTIME_COMPONENT
+from splitter.targets.generated.cmake import BASE_DEFINITIONS, RUNTIME_COMPONENT
+from splitter.targets.generated.pkgconfig import INCLUDES, keep_needed
 from splitter.targets.stage import Progress, doc_sbom, stage
 
 CONAN = "conan"
@@ -177,11 +180,22 @@ def _platform(plan: Plan, package: PackagePlan) -> dict[str, Any]:
         stem = library.split(".", 1)[0].removeprefix("lib")
         requires = [] if component == RUNTIME_COMPONENT else [_runtime_requirement(plan, package)]
         defines = list(BASE_DEFINITIONS) + (["ET_USE_THREADPOOL"] if threadpool else [])
-        components[component] = {"lib": stem, "requires": requires, "defines": defines}
+        # A registration-only library stays NEEDED under --as-needed, as in the .pc files;
+        # package_info puts the package's libdir for {libdir}.
+        retain = component != RUNTIME_COMPONENT and not plan.platform.macos
+        flags = [keep_needed("{libdir}", [library])] if retain else []
+        components[component] = {
+            "lib": stem,
+            "requires": requires,
+            "defines": defines,
+            "linkflags": flags,
+        }
     verdicts = [v for v in plan.exclusive if package.name in (v.first_package, v.second_package)]
     return {
         "components": components,
-        "includedirs": ["include", f"include/{C10_INCLUDE}"],
+        "includedirs": [f"include/{d}".rstrip("/") for d in INCLUDES],
+        # PkgConfigDeps names the .pc files as splitter's own: executorch, <package>
+        "pkg_config_name": "executorch" if RUNTIME_COMPONENT in components else package.name,
         "system": _system(plan),
         "exclusive": [
             {"first": v.first, "second": v.second, "in_effect": v.in_effect} for v in verdicts
@@ -292,6 +306,7 @@ class Package(ConanFile):
         # splitter's CMake config, shipped in the package, is what find_package(executorch)
         # reads: CMakeToolchain puts the components' builddirs on CMAKE_PREFIX_PATH
         self.cpp_info.set_property("cmake_find_mode", "none")
+        self.cpp_info.set_property("pkg_config_name", facts["pkg_config_name"])
         self.cpp_info.set_property("splitter_system_requirements", facts["system"])
         self.cpp_info.set_property("splitter_process_exclusive", facts["exclusive"])
         for name, component in facts["components"].items():
@@ -299,6 +314,9 @@ class Package(ConanFile):
             info.libs = [component["lib"]]
             info.includedirs = facts["includedirs"]
             info.defines = component["defines"]
+            libdir = os.path.join(self.package_folder, "lib")
+            info.sharedlinkflags = [f.format(libdir=libdir) for f in component["linkflags"]]
+            info.exelinkflags = list(info.sharedlinkflags)
             info.requires = component["requires"]
             info.set_property("cmake_target_name", f"executorch::{{name}}")
             # with components, Conan reads builddirs from them, not from cpp_info itself

@@ -2,8 +2,8 @@
 nothing): locate the prefix from the file's own directory, load whichever component fragments
 are installed, name the package to install for a missing component, and define upstream
 1.5.1's variables and, on CMake >= 3.28, imported targets. The text is
-templates/executorch-config.cmake.in; the fragments and version file are
-rendered in splitter.cmake."""
+templates/executorch-config.cmake.in; the fragments and version file are rendered in
+splitter.targets.generated.cmake."""
 
 from __future__ import annotations
 
@@ -20,8 +20,11 @@ from splitter.targets.generated.cmake import (
     escape_quoted,
 )
 
+# Link options are spelled `-Wl,` (what CMake's `LINKER:` becomes for GCC and Clang, the
+# drivers on Linux and macOS), not `LINKER:`: meson's CMake method reads the imported targets'
+# INTERFACE_LINK_OPTIONS and passes `LINKER:` to the linker as a file name.
 # GNU ld drops a registration-only library nothing calls unless told to keep it NEEDED
-RETAIN_OPTION = '\n            "LINKER:--push-state,--no-as-needed,${_executorch_lib},--pop-state"'
+RETAIN_OPTION = '\n            "-Wl,--push-state,--no-as-needed,${_executorch_lib},--pop-state"'
 
 
 def render_config(
@@ -39,8 +42,8 @@ def render_config(
     origin = "@loader_path" if macos else "$ORIGIN"
     to_libdir = escape_quoted(layout.libdir_from_bindir)
     rpath = (
-        f'"LINKER:-rpath,{origin}"\n        "LINKER:-rpath,{origin}/{to_libdir}" '
-        '"LINKER:-rpath,${_executorch_libdir}"'
+        f'"-Wl,-rpath,{origin}"\n        "-Wl,-rpath,{origin}/{to_libdir}" '
+        '"-Wl,-rpath,${_executorch_libdir}"'
     )
     return configure(
         "executorch-config.cmake.in",
@@ -62,7 +65,7 @@ def render_config(
                 for name, package in sorted(providers.items())
             ),
             "RETAIN_OPTION": "" if macos else RETAIN_OPTION,
-            "RPATH_OPTIONS": rpath if macos else f'"LINKER:--enable-new-dtags" {rpath}',
+            "RPATH_OPTIONS": rpath if macos else f'"-Wl,--enable-new-dtags" {rpath}',
             "RUNTIME_COMPONENT": RUNTIME_COMPONENT,
             "RUNTIME_LIBRARY": escape_quoted(runtime_library),
             "RUNTIME_PACKAGE": escape_quoted(runtime_package),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import posixpath
 from collections.abc import Mapping
@@ -21,7 +22,7 @@ from splitter.targets.generated.cmake import (
     render_version,
 )
 from splitter.targets.generated.cmakeconfig import render_config
-from splitter.targets.generated.pkgconfig import render_pkgconfig
+from splitter.targets.generated.pkgconfig import RUNTIME_NAME, render_pkgconfig
 
 # The words before the input wheel's name wherever a package says where it comes from; a
 # changelog that wraps the name and digest over lines lays them out itself.
@@ -48,52 +49,37 @@ def generated_files(
         (path, text, False)
         for path, text in cmake_files(plan, package, layout.cmakedir, cmake_layout, names)
     ]
-    to_prefix = posixpath.relpath(".", layout.pkgconfigdir)
+    render = functools.partial(
+        render_pkgconfig,
+        description=package.summary,
+        version=plan.wheel.version,
+        to_prefix=posixpath.relpath(".", layout.pkgconfigdir),
+        libdir=layout.libdir,
+        includedir=layout.includedir,
+        gnu=not plan.platform.macos,
+    )
+    # Every library but the runtime's registers kernels or backends: each stays NEEDED.
+    retained = tuple(libraries[c] for c in package.cmake_components if c != RUNTIME_COMPONENT)
     if RUNTIME_COMPONENT in package.cmake_components:
-        retained = tuple(
-            _link_name(libraries[c]) for c in package.cmake_components if c != RUNTIME_COMPONENT
-        )
         definitions = BASE_DEFINITIONS + (
             ("ET_USE_THREADPOOL",) if "threadpool" in package.cmake_components else ()
         )
-        out.append(
-            (
-                f"{layout.pkgconfigdir}/executorch.pc",
-                render_pkgconfig(
-                    name="executorch",
-                    description=package.summary,
-                    version=plan.wheel.version,
-                    to_prefix=to_prefix,
-                    libdir=layout.libdir,
-                    includedir=layout.includedir,
-                    libs=(_link_name(libraries[RUNTIME_COMPONENT]),),
-                    retained=retained,
-                    definitions=definitions,
-                    retain=not plan.platform.macos,
-                ),
-                False,
-            )
+        text = render(
+            name=RUNTIME_NAME,
+            libs=tuple(_link_name(libraries[c]) for c in package.cmake_components),
+            retained=retained,
+            definitions=definitions,
         )
+        out.append((f"{layout.pkgconfigdir}/executorch.pc", text, False))
     elif package.cmake_components:
-        out.append(
-            (
-                f"{layout.pkgconfigdir}/{package.name}.pc",
-                render_pkgconfig(
-                    name=package.name,
-                    description=package.summary,
-                    version=plan.wheel.version,
-                    to_prefix=to_prefix,
-                    libdir=layout.libdir,
-                    includedir=layout.includedir,
-                    libs=(),
-                    retained=tuple(_link_name(libraries[c]) for c in package.cmake_components),
-                    requires=f"executorch = {plan.wheel.version}",
-                    cflags=False,
-                    retain=not plan.platform.macos,
-                ),
-                False,
-            )
+        text = render(
+            name=package.name,
+            libs=tuple(_link_name(libraries[c]) for c in package.cmake_components),
+            retained=retained,
+            requires=f"executorch = {plan.wheel.version}",
+            cflags=False,
         )
+        out.append((f"{layout.pkgconfigdir}/{package.name}.pc", text, False))
     if package.python:
         for name, target in plan.wheel.console_scripts:
             out.append(
