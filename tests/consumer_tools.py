@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -141,6 +142,14 @@ def build_meson(
         env=env,
     )
     return Configured(build.returncode, output + build.stdout + build.stderr, build_dir)
+
+
+def readelf_needed(binary: Path) -> list[str]:
+    """NEEDED entries as binutils' readelf reads them (independent of splitter's ELF reader)."""
+    listing = subprocess.run(
+        ["readelf", "-d", "-W", str(binary)], capture_output=True, text=True, check=True
+    ).stdout
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[(.*)\]", listing)
 
 
 def needed(binary: Path) -> list[str]:

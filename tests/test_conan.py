@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import tarfile
 from collections.abc import Iterator
@@ -16,9 +17,11 @@ from pathlib import Path
 import pytest
 from consumer_tools import (
     build_consumer,
+    build_meson,
     cmake_executable,
     conan_executable,
     expected_output,
+    readelf_needed,
     run_model,
 )
 
@@ -126,6 +129,62 @@ def test_without_kernels_quantized_configure_names_the_package(
     )
     assert built.returncode != 0
     assert "install the executorch-kernels-quantized package" in " ".join(built.output.split())
+
+
+def pkg_config(pc_dir: Path, *args: str) -> set[str]:
+    """pkg-config's flags for `args`, searching `pc_dir` only, paths normalised."""
+    result = subprocess.run(
+        ["pkg-config", *args],
+        env={"PKG_CONFIG_PATH": str(pc_dir), "PKG_CONFIG_LIBDIR": "", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return {
+        re.sub(r"(/[^,\s\"]*)", lambda m: os.path.normpath(m[1]), f.strip('"'))
+        for f in result.stdout.split()
+    }
+
+
+@pytest.mark.parametrize("packages", [PACKAGES, PACKAGES[:1]], ids=["both", "runtime-only"])
+def test_pkgconfigdeps_with_meson(
+    conan: Path, home: Path, tmp_path: Path, packages: tuple[str, ...]
+) -> None:
+    """A Conan user with meson: `conan install --requires=... -g PkgConfigDeps --build=never`
+    writes executorch.pc and executorch-kernels-quantized.pc from package_info alone; the meson
+    consumer keeps the quantized library NEEDED under meson's --as-needed (readelf) and runs
+    the model byte-identical. Their Cflags are those of splitter's own executorch.pc in the
+    package. Without the quantized package, configure fails naming it."""
+    where = tmp_path / "c"
+    where.mkdir()
+    requires = [f"--requires={p}/1.5.1" for p in packages]
+    conan_in(
+        conan,
+        home,
+        "install",
+        *requires,
+        "-g",
+        "PkgConfigDeps",
+        "--build=never",
+        "-of=gen",
+        cwd=where,
+    )
+    gen = where / "gen"
+    built = build_meson(tmp_path / "m", quantized=True, pkg_config_path=gen)
+    if packages != PACKAGES:
+        assert built.returncode != 0
+        assert 'Dependency "executorch-kernels-quantized" not found' in built.output
+        return
+    assert built.returncode == 0, built.output
+    assert "libexecutorch_kernels_quantized.so" in readelf_needed(built.runner)
+    run = run_model(built.runner, tmp_path / "out.bin")
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "out.bin").read_bytes() == expected_output()
+    (folder,) = pkg_config(gen, "--variable=prefix", "executorch")
+    shipped = Path(folder) / "lib" / "pkgconfig"
+    assert pkg_config(gen, "--cflags", "executorch") == pkg_config(
+        shipped, "--cflags", "executorch"
+    )
 
 
 def test_variables_route_before_cmake_3_28(conan: Path, home: Path, tmp_path: Path) -> None:

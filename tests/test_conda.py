@@ -22,8 +22,10 @@ from consumer_tools import (
     MODEL,
     RUN_PTE,
     build_consumer,
+    build_meson,
     cmake_executable,
     expected_output,
+    readelf_needed,
     run_model,
 )
 
@@ -46,6 +48,7 @@ RUNTIME, QUANTIZED, EXPORT = (
     "executorch-export",
 )
 SITE = "lib/python3.11/site-packages"
+PKGCONFIG = "lib/pkgconfig"
 
 
 @pytest.fixture(scope="module")
@@ -247,6 +250,24 @@ def test_cpp_consumer(
         "executorch-kernels-quantized package" in said
     )
     assert "Configuring incomplete" in said and not (tmp_path / "r" / "runner").exists()
+
+
+def test_meson_consumer(prefixes: dict[str, Path], tmp_path: Path) -> None:
+    """meson through pkg-config on the installed conda prefix: the quantized library is NEEDED
+    (readelf) and the model runs byte-identical; without it, configure names it."""
+    built = build_meson(
+        tmp_path / "m", quantized=True, pkg_config_path=prefixes["runtime+quantized"] / PKGCONFIG
+    )
+    assert built.returncode == 0, built.output
+    assert "libexecutorch_kernels_quantized.so" in readelf_needed(built.runner)
+    run = run_model(built.runner, tmp_path / "out.bin")
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "out.bin").read_bytes() == expected_output()
+    alone = build_meson(
+        tmp_path / "a", quantized=True, pkg_config_path=prefixes["runtime"] / PKGCONFIG
+    )
+    assert 'Dependency "executorch-kernels-quantized" not found' in alone.output
+    assert alone.returncode != 0 and not alone.runner.exists()
 
 
 def test_python_side_from_the_prefix(prefixes: dict[str, Path]) -> None:

@@ -15,7 +15,14 @@ from pathlib import Path
 
 import pytest
 from builders import verify_refuses_altered
-from consumer_tools import build_consumer, cmake_executable, expected_output, run_model
+from consumer_tools import (
+    build_consumer,
+    build_meson,
+    cmake_executable,
+    expected_output,
+    readelf_needed,
+    run_model,
+)
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 from license_expression import get_spdx_licensing  # type: ignore[import-untyped]
@@ -244,6 +251,18 @@ def test_consumer_from_installed_root(installed: Path, tmp_path: Path, cmake_lab
     result = build_consumer(cmake, tmp_path / "q", config_dir=config_dir, quantized=True)
     assert result.returncode == 0, result.output
     run = run_model(result.runner, tmp_path / "out.bin")
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "out.bin").read_bytes() == expected_output()
+
+
+def test_meson_consumer_from_installed_root(installed: Path, tmp_path: Path) -> None:
+    """meson through pkg-config from the installed root's lib64: the quantized library is
+    NEEDED (readelf) and the model runs byte-identical."""
+    pc_dir = installed / "usr" / "lib64" / "pkgconfig"
+    built = build_meson(tmp_path / "m", quantized=True, pkg_config_path=pc_dir)
+    assert built.returncode == 0, built.output
+    assert "libexecutorch_kernels_quantized.so" in readelf_needed(built.runner)
+    run = run_model(built.runner, tmp_path / "out.bin")
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "out.bin").read_bytes() == expected_output()
 
