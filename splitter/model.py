@@ -410,3 +410,4 @@ class Only(StrEnum):
     PYTHON = "python"
     DEPENDS = "depends"  # .deb and .rpm outputs
     SBOM = "sbom"  # each installed package's SBOM against what is installed
+    HEADERS = "headers"  # each installed header compiled alone with the .pc's Cflags

@@ -25,6 +25,7 @@ class Row(StrEnum):
     TOGETHER = "together"
     CMAKE_DARWIN = "cmake (Darwin, no compiler)"
     SBOM = "sbom"
+    HEADERS = "headers"
 
 
 # What a row expects, for the rows whose expectation does not depend on the output.

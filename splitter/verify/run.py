@@ -24,6 +24,7 @@ from splitter.verify.checks import (
 )
 from splitter.verify.coload import Outcome, coload_items, coload_matrix
 from splitter.verify.emulate import emulator_for
+from splitter.verify.headers import header_checks
 from splitter.verify.install import Installed, install
 from splitter.verify.interpreters import interpreters, torch_available
 from splitter.verify.macos import NEEDS_MACOS, is_macos_output, macos_checks
@@ -137,8 +138,9 @@ def _verify(
     with tempfile.TemporaryDirectory(prefix="splitter-verify-") as scratch_name:
         scratch = Path(scratch_name)
         full = install(out, scratch / "full", paths=paths)
-        # static: the SBOMs are checked wherever the output runs or not
+        # static: the SBOMs and headers are checked wherever the output runs or not
         checks += sbom_checks(full) if Only.SBOM in only else []
+        checks += header_checks(full) if Only.HEADERS in only else []
         if is_macos_output(full):
             return checks + _macos(full, options)
         theirs, here = full.platform, machine_subdir()
