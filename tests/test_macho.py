@@ -612,9 +612,9 @@ def test_cmake_config_evaluates_for_darwin(macos_prefix: Path, label: str, tmp_p
         assert values["QUANTIZED"] == "executorch::kernels_quantized"
         assert values["LOCATION"] == f"{lib}/libexecutorch_kernels_quantized.dylib"
         assert values["OPTIONS"].split(";") == [
-            "LINKER:-rpath,@loader_path",
-            "LINKER:-rpath,@loader_path/../lib",
-            f"LINKER:-rpath,{lib}",
+            "-Wl,-rpath,@loader_path",
+            "-Wl,-rpath,@loader_path/../lib",
+            f"-Wl,-rpath,{lib}",
         ]
     else:
         assert values["QUANTIZED"] == f"{lib}/libexecutorch_kernels_quantized.dylib"

@@ -38,10 +38,14 @@ def machine_subdir() -> str:
     return "" if found is None else found.subdir
 
 
+def cache_root() -> Path:
+    """splitter's cache: $SPLITTER_CACHE, else ~/.cache/splitter."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "splitter")
+
+
 def cache_dir() -> Path:
-    """Where downloaded wheels are kept: $SPLITTER_CACHE, else ~/.cache/splitter."""
-    root = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "splitter"
-    return Path(root) / "wheels"
+    """Where downloaded wheels are kept: wheels/ in the cache."""
+    return cache_root() / "wheels"
 
 
 # What `--python all` and `--platform all` mean: the CPython versions and platforms whose

@@ -13,20 +13,25 @@ installed ELF library (binutils' `nm -D -C --defined-only`) whose name occurs in
 header (e.g. libexecutorch_threadpool.so's `get_threadpool`: upstream ships only
 threadpool_guard.h). A name that occurs may still be undeclared in that scope: the list is a
 lower bound, stated as such.
+
+The compilations are kept by content in $SPLITTER_CACHE/headers (compile_alone), so the outputs
+of one release, which share their headers, are compiled once.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import dataclasses
 import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
+from splitter.input.fetch import cache_root
 from splitter.verify.install import Installed
 from splitter.verify.rows import Check, Row, Status, skipped
 
@@ -39,7 +44,7 @@ _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 NAMESPACE = "executorch::"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Compiled:
     """One header compiled alone: ok, or why not and whether the reason is upstream's."""
 
@@ -58,7 +63,9 @@ def header_checks(full: Installed) -> list[Check]:
     compiler = shutil.which("c++") or shutil.which("g++")
     pkg_config = shutil.which("pkg-config")
     if compiler is None or pkg_config is None:
-        reason = "needs a C++ compiler (c++) and pkg-config on PATH"
+        reason = (
+            "needs a C++ compiler (c++) and pkg-config on PATH (apt-get install g++ pkg-config)"
+        )
         return [skipped(Row.HEADERS, EXPECTED_HEADERS, reason)]
     env = {**os.environ, "PKG_CONFIG_PATH": str(pc_dir), "PKG_CONFIG_LIBDIR": ""}
 
@@ -67,7 +74,10 @@ def header_checks(full: Installed) -> list[Check]:
             [pkg_config, *args, "executorch"], env=env, capture_output=True, text=True, check=True
         ).stdout.strip()
 
-    cflags = tuple(ask("--cflags").split())
+    # -I paths normalised: pkg-config gives them through the .pc's own place (lib/pkgconfig/..)
+    cflags = tuple(
+        f"-I{os.path.normpath(f[2:])}" if f.startswith("-I") else f for f in ask("--cflags").split()
+    )
     includedir = Path(os.path.normpath(ask("--variable=includedir")))
     headers = tuple(
         sorted(str(p.relative_to(includedir)) for p in includedir.rglob("*") if _is_header(p))
@@ -84,22 +94,34 @@ def _is_header(path: Path) -> bool:
 def compile_alone(
     compiler: str, cflags: tuple[str, ...], includedir: Path, headers: tuple[str, ...]
 ) -> tuple[Compiled, ...]:
-    """Each header compiled on its own with `cflags`, on every core; the result depends only
-    on the headers' bytes, the flags and the compiler, so a release's environments sharing one
-    runtime package compile it once per process."""
+    """Each header compiled on its own with `cflags`, on every core. The result depends only
+    on the headers' bytes, the flags (with the include directory's place taken out) and the
+    compiler (its path and `--version`) and this module's text, so it is kept under that digest in
+    $SPLITTER_CACHE/headers: every output of one release shares its headers, and a second
+    verify of them costs nothing (like ccache, a changed byte is another key)."""
+    place = str(includedir)
     digest = hashlib.sha256()
+    identity = subprocess.run([compiler, "--version"], capture_output=True, check=False).stdout
+    digest.update(os.path.realpath(compiler).encode() + b"\0" + identity + b"\0")
+    digest.update(Path(__file__).read_bytes())  # this module's rules: a change is a new key
+    for flag in cflags:
+        digest.update(flag.replace(place, "<includedir>").encode() + b"\0")
     for header in headers:
         digest.update(header.encode() + b"\0" + (includedir / header).read_bytes() + b"\0")
-    return _compile_cached(compiler, cflags, str(includedir), headers, digest.hexdigest())
-
-
-@cache
-def _compile_cached(
-    compiler: str, cflags: tuple[str, ...], includedir: str, headers: tuple[str, ...], _: str
-) -> tuple[Compiled, ...]:
-    shipped = _shipped_directories(Path(includedir), cflags)
+    entry = cache_root() / "headers" / f"{digest.hexdigest()}.json"
+    try:
+        return tuple(Compiled(**item) for item in json.loads(entry.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        pass  # not there yet, or unreadable: compile
+    shipped = _shipped_directories(includedir, cflags)
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        return tuple(pool.map(lambda h: _compile(compiler, cflags, h, shipped), headers))
+        results = tuple(pool.map(lambda h: _compile(compiler, cflags, h, shipped), headers))
+    with contextlib.suppress(OSError):  # a cache that cannot be written only costs time
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        partial = entry.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps([dataclasses.asdict(r) for r in results]), "utf-8")
+        partial.replace(entry)  # atomic: a concurrent verify reads all of it or nothing
+    return results
 
 
 def _compile(
