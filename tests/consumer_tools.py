@@ -144,6 +144,45 @@ def build_meson(
     return Configured(build.returncode, output + build.stdout + build.stderr, build_dir)
 
 
+def meson_runs_the_model(
+    work: Path,
+    *,
+    pkg_config_path: Path | None = None,
+    cmake_prefix: Path | None = None,
+    cmake: Path | None = None,
+) -> None:
+    """The meson consumer with the quantized kernels builds, keeps libexecutorch_kernels_quantized
+    NEEDED under meson's --as-needed (binutils' readelf) and runs the model byte-identical."""
+    built = build_meson(
+        work / "m",
+        quantized=True,
+        pkg_config_path=pkg_config_path,
+        cmake_prefix=cmake_prefix,
+        cmake=cmake,
+    )
+    assert built.returncode == 0, built.output
+    assert "libexecutorch_kernels_quantized.so" in readelf_needed(built.runner)
+    run = run_model(built.runner, work / "out.bin")
+    assert run.returncode == 0, run.stderr
+    assert (work / "out.bin").read_bytes() == expected_output()
+
+
+def pkg_config_flags(pc_dir: Path, *args: str) -> list[str]:
+    """pkg-config's answer for `args`, searching `pc_dir` only, each path in it normalised
+    (quotes, as Conan's PkgConfigDeps writes them, dropped)."""
+    result = subprocess.run(
+        ["pkg-config", *args],
+        env={"PKG_CONFIG_PATH": str(pc_dir), "PKG_CONFIG_LIBDIR": "", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [
+        re.sub(r"(/[^,\s\"]*)", lambda m: os.path.normpath(m[1]), f.strip('"'))
+        for f in result.stdout.split()
+    ]
+
+
 def readelf_needed(binary: Path) -> list[str]:
     """NEEDED entries as binutils' readelf reads them (independent of splitter's ELF reader)."""
     listing = subprocess.run(

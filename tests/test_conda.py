@@ -25,7 +25,7 @@ from consumer_tools import (
     build_meson,
     cmake_executable,
     expected_output,
-    readelf_needed,
+    meson_runs_the_model,
     run_model,
 )
 
@@ -255,14 +255,7 @@ def test_cpp_consumer(
 def test_meson_consumer(prefixes: dict[str, Path], tmp_path: Path) -> None:
     """meson through pkg-config on the installed conda prefix: the quantized library is NEEDED
     (readelf) and the model runs byte-identical; without it, configure names it."""
-    built = build_meson(
-        tmp_path / "m", quantized=True, pkg_config_path=prefixes["runtime+quantized"] / PKGCONFIG
-    )
-    assert built.returncode == 0, built.output
-    assert "libexecutorch_kernels_quantized.so" in readelf_needed(built.runner)
-    run = run_model(built.runner, tmp_path / "out.bin")
-    assert run.returncode == 0, run.stderr
-    assert (tmp_path / "out.bin").read_bytes() == expected_output()
+    meson_runs_the_model(tmp_path, pkg_config_path=prefixes["runtime+quantized"] / PKGCONFIG)
     alone = build_meson(
         tmp_path / "a", quantized=True, pkg_config_path=prefixes["runtime"] / PKGCONFIG
     )

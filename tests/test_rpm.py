@@ -17,10 +17,9 @@ import pytest
 from builders import verify_refuses_altered
 from consumer_tools import (
     build_consumer,
-    build_meson,
     cmake_executable,
     expected_output,
-    readelf_needed,
+    meson_runs_the_model,
     run_model,
 )
 from cyclonedx.schema import SchemaVersion
@@ -258,13 +257,7 @@ def test_consumer_from_installed_root(installed: Path, tmp_path: Path, cmake_lab
 def test_meson_consumer_from_installed_root(installed: Path, tmp_path: Path) -> None:
     """meson through pkg-config from the installed root's lib64: the quantized library is
     NEEDED (readelf) and the model runs byte-identical."""
-    pc_dir = installed / "usr" / "lib64" / "pkgconfig"
-    built = build_meson(tmp_path / "m", quantized=True, pkg_config_path=pc_dir)
-    assert built.returncode == 0, built.output
-    assert "libexecutorch_kernels_quantized.so" in readelf_needed(built.runner)
-    run = run_model(built.runner, tmp_path / "out.bin")
-    assert run.returncode == 0, run.stderr
-    assert (tmp_path / "out.bin").read_bytes() == expected_output()
+    meson_runs_the_model(tmp_path, pkg_config_path=installed / "usr" / "lib64" / "pkgconfig")
 
 
 def test_recipe_without_rpm_table_is_refused(real_plan: Plan, tmp_path: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -19,7 +18,9 @@ from consumer_tools import (
     cmake_executable,
     cmake_version,
     expected_output,
+    meson_runs_the_model,
     needed,
+    pkg_config_flags,
     run_model,
 )
 
@@ -251,20 +252,6 @@ def test_rpath_strip(real_plan: Plan, tmp_path: Path) -> None:
 UPSTREAM_PC = Path(__file__).parent / "data" / "upstream" / "executorch.pc.in"
 
 
-def pkg_config(pc_dir: Path, *args: str) -> list[str]:
-    """pkg-config's answer for `args`, searching `pc_dir` only, with every path normalised."""
-    result = subprocess.run(
-        ["pkg-config", *args],
-        env={"PKG_CONFIG_PATH": str(pc_dir), "PKG_CONFIG_LIBDIR": "", "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return [
-        re.sub(r"(/[^,\s]*)", lambda m: os.path.normpath(m[1]), f) for f in result.stdout.split()
-    ]
-
-
 def test_pkgconfig_keeps_upstreams_flags(
     prefixes: dict[str, Path], real_wheel: Path, tmp_path: Path
 ) -> None:
@@ -285,13 +272,15 @@ def test_pkgconfig_keeps_upstreams_flags(
     (upstream / "executorch.pc").write_text(text)
     ours = prefix / "lib" / "pkgconfig"
     for query in (["--modversion"], ["--cflags"], ["--libs"]):
-        assert set(pkg_config(upstream, *query, "executorch")) <= set(
-            pkg_config(ours, *query, "executorch")
+        assert set(pkg_config_flags(upstream, *query, "executorch")) <= set(
+            pkg_config_flags(ours, *query, "executorch")
         ), query
-    assert pkg_config(ours, "--variable=exec_prefix", "executorch") == [str(prefix)]
-    upstream_flags = set(pkg_config(upstream, "--cflags", "--libs", "executorch"))
+    assert pkg_config_flags(ours, "--variable=exec_prefix", "executorch") == [str(prefix)]
+    upstream_flags = set(pkg_config_flags(upstream, "--cflags", "--libs", "executorch"))
     added = [
-        f for f in pkg_config(ours, "--cflags", "--libs", "executorch") if f not in upstream_flags
+        f
+        for f in pkg_config_flags(ours, "--cflags", "--libs", "executorch")
+        if f not in upstream_flags
     ]
     with zipfile.ZipFile(real_wheel) as wheel:
         libraries = sorted(
@@ -310,7 +299,7 @@ def test_pkgconfig_keeps_upstreams_flags(
             f"-Wl,--push-state,--no-as-needed,{kept},--pop-state",
         ]
     )
-    quantized = pkg_config(ours, "--libs", "executorch-kernels-quantized")
+    quantized = pkg_config_flags(ours, "--libs", "executorch-kernels-quantized")
     assert (
         f"-Wl,--push-state,--no-as-needed,{prefix}/lib/libexecutorch_kernels_quantized.so,--pop-state"
         in quantized
@@ -328,12 +317,12 @@ def test_plain_compiler_with_as_needed(prefixes: dict[str, Path], tmp_path: Path
             "g++",
             "-std=c++17",
             "-O1",
-            *pkg_config(pc_dir, "--cflags", "executorch-kernels-quantized"),
+            *pkg_config_flags(pc_dir, "--cflags", "executorch-kernels-quantized"),
             str(CONSUMER / "runner.cpp"),
             "-o",
             str(runner),
             "-Wl,--as-needed",
-            *pkg_config(pc_dir, "--libs", "executorch-kernels-quantized"),
+            *pkg_config_flags(pc_dir, "--libs", "executorch-kernels-quantized"),
             f"-Wl,-rpath,{pc_dir.parent}",
         ],
         check=True,
@@ -350,14 +339,7 @@ def test_meson_pkgconfig(prefixes: dict[str, Path], tmp_path: Path) -> None:
     pkg-config, with meson's default --as-needed: the model runs byte-identical; on a prefix
     without the quantized package, configure fails naming it."""
     prefix = prefixes["runtime+quantized"]
-    built = build_meson(
-        tmp_path / "m", quantized=True, pkg_config_path=prefix / "lib" / "pkgconfig"
-    )
-    assert built.returncode == 0, built.output
-    assert "libexecutorch_kernels_quantized.so" in readelf_dynamic(built.runner)["NEEDED"]
-    run = run_model(built.runner, tmp_path / "out.bin")
-    assert run.returncode == 0, run.stderr
-    assert (tmp_path / "out.bin").read_bytes() == expected_output()
+    meson_runs_the_model(tmp_path, pkg_config_path=prefix / "lib" / "pkgconfig")
     alone = build_meson(
         tmp_path / "a", quantized=True, pkg_config_path=prefixes["runtime"] / "lib" / "pkgconfig"
     )
@@ -372,12 +354,7 @@ def test_meson_cmake_method(cmake_label: str, prefixes: dict[str, Path], tmp_pat
     quantized package configure fails with the config's message naming the package."""
     cmake = cmake_executable(cmake_label)
     prefix = prefixes["runtime+quantized"]
-    built = build_meson(tmp_path / "m", quantized=True, cmake=cmake, cmake_prefix=prefix)
-    assert built.returncode == 0, built.output
-    assert "libexecutorch_kernels_quantized.so" in readelf_dynamic(built.runner)["NEEDED"]
-    run = run_model(built.runner, tmp_path / "out.bin")
-    assert run.returncode == 0, run.stderr
-    assert (tmp_path / "out.bin").read_bytes() == expected_output()
+    meson_runs_the_model(tmp_path, cmake=cmake, cmake_prefix=prefix)
     alone = build_meson(
         tmp_path / "a", quantized=True, cmake=cmake, cmake_prefix=prefixes["runtime"]
     )

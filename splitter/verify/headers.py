@@ -14,8 +14,8 @@ header (e.g. libexecutorch_threadpool.so's `get_threadpool`: upstream ships only
 threadpool_guard.h). A name that occurs may still be undeclared in that scope: the list is a
 lower bound, stated as such.
 
-The compilations are kept by content in $SPLITTER_CACHE/headers (compile_alone), so the outputs
-of one release, which share their headers, are compiled once.
+The compilations are kept by content in $SPLITTER_CACHE/compiled-headers (compile_alone), so
+the outputs of one release, which share their headers, are compiled once.
 """
 
 from __future__ import annotations
@@ -95,10 +95,11 @@ def compile_alone(
     compiler: str, cflags: tuple[str, ...], includedir: Path, headers: tuple[str, ...]
 ) -> tuple[Compiled, ...]:
     """Each header compiled on its own with `cflags`, on every core. The result depends only
-    on the headers' bytes, the flags (with the include directory's place taken out) and the
-    compiler (its path and `--version`) and this module's text, so it is kept under that digest in
-    $SPLITTER_CACHE/headers: every output of one release shares its headers, and a second
-    verify of them costs nothing (like ccache, a changed byte is another key)."""
+    on the headers' bytes, the flags (with the include directory's place taken out), the
+    compiler (its path and `--version`) and this module's text, so it is kept under that
+    digest in $SPLITTER_CACHE/compiled-headers: every output of one release shares its
+    headers, and a second verify of them costs nothing (as with ccache, a changed byte is
+    another key)."""
     place = str(includedir)
     digest = hashlib.sha256()
     identity = subprocess.run([compiler, "--version"], capture_output=True, check=False).stdout
@@ -108,7 +109,7 @@ def compile_alone(
         digest.update(flag.replace(place, "<includedir>").encode() + b"\0")
     for header in headers:
         digest.update(header.encode() + b"\0" + (includedir / header).read_bytes() + b"\0")
-    entry = cache_root() / "headers" / f"{digest.hexdigest()}.json"
+    entry = cache_root() / "compiled-headers" / f"{digest.hexdigest()}.json"
     try:
         return tuple(Compiled(**item) for item in json.loads(entry.read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError):
