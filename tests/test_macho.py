@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import zstandard
+from builders import rewrite_wheel
 from machotools import check_signature, kernel_table_entries
 
 from splitter.binaries.macho import analyse_macho, is_macho
@@ -755,3 +756,48 @@ def test_doctor_finds_a_second_quantized_copy_in_a_macos_prefix(
 def test_truncated_macho_is_a_binary_error(machos: dict[str, bytes], size: int) -> None:
     with pytest.raises(BinaryError, match=r"cannot read Mach-O \(the file ends inside"):
         analyse_macho("executorch/lib/x.dylib", machos[QLIB][:size])
+
+
+def _signature_command(data: bytes) -> int:
+    """The offset of LC_CODE_SIGNATURE in a thin 64-bit Mach-O, read here with struct alone."""
+    count = struct.unpack_from("<I", data, 16)[0]
+    offset = 32
+    for _ in range(count):
+        command, size = struct.unpack_from("<II", data, offset)
+        if command == 0x1D:
+            return offset
+        offset += size
+    raise AssertionError("no LC_CODE_SIGNATURE")
+
+
+@pytest.mark.parametrize("command", ["plan", "build"])
+def test_a_signature_past_the_end_is_refused_before_any_tool(
+    command: str, real_wheel_macos: Path, tmp_path: Path
+) -> None:
+    """LC_CODE_SIGNATURE's dataoff past the end of the file (RECORD kept valid): `plan` and
+    `build -t conda` refuse it the same way, naming the file, before llvm-install-name-tool
+    meets it (it said only "truncated or malformed object", exit 8)."""
+    name = "executorch/lib/libexecutorch.dylib"
+    with zipfile.ZipFile(real_wheel_macos) as wheel:
+        data = bytearray(wheel.read(name))
+    at = _signature_command(bytes(data))
+    struct.pack_into("<I", data, at + 8, len(data) + 4096)
+    broken = rewrite_wheel(real_wheel_macos, tmp_path, replace={name: bytes(data)})
+    out = tmp_path / "out"
+    args = (
+        ["plan", str(broken)]
+        if command == "plan"
+        else ["build", str(broken), "-t", "conda", "-o", str(out)]
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "splitter", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == BinaryError.exit_code, result.stderr
+    assert "code signature" in result.stderr and name in result.stderr, result.stderr
+    assert "install-name-tool" not in result.stderr
+    assert not out.exists()

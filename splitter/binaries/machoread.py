@@ -36,6 +36,20 @@ LC_CODE_SIGNATURE = 0x1D
 LC_DYLD_INFO, LC_DYLD_INFO_ONLY = 0x22, 0x22 | REQ_DYLD
 LC_DYLD_CHAINED_FIXUPS = 0x34 | REQ_DYLD
 LOADS = frozenset({LC_LOAD_DYLIB, LC_LOAD_WEAK_DYLIB, LC_REEXPORT_DYLIB, LC_LOAD_UPWARD_DYLIB})
+# The size of each load command read here, with its fields (mach-o/loader.h): a shorter one is
+# refused by name rather than read past.
+SIZES = {
+    **{command: 24 for command in (*LOADS, LC_ID_DYLIB)},  # dylib_command
+    LC_RPATH: 12,
+    LC_UUID: 24,
+    LC_CODE_SIGNATURE: 16,  # linkedit_data_command
+    LC_DYLD_CHAINED_FIXUPS: 16,
+    LC_SEGMENT_64: 72,
+    LC_SEGMENT: 56,
+    LC_SYMTAB: 24,
+    LC_DYLD_INFO: 48,
+    LC_DYLD_INFO_ONLY: 48,
+}
 
 # The names lief gave CPU types (BinaryInfo.machine keeps them): mach/machine.h's values.
 CPU_TYPES = {
@@ -133,6 +147,11 @@ def read_macho(path: str, data: bytes) -> MachO:
 
 def _command(macho: MachO, path: str, data: bytes, command: int, at: int, length: int) -> None:
     body = data[at : at + length]
+    if length < SIZES.get(command, 8):
+        raise BinaryError(
+            f"cannot read Mach-O (load command {command:#x} is {length} bytes, shorter than "
+            f"its fields): {path}"
+        )
     if command in LOADS or command == LC_ID_DYLIB:
         name = _string(path, body, struct.unpack_from("<I", body, 8)[0])
         if command == LC_ID_DYLIB:
@@ -144,7 +163,13 @@ def _command(macho: MachO, path: str, data: bytes, command: int, at: int, length
     elif command == LC_UUID:
         macho.stamps.append((at + 8, 16))  # after cmd and cmdsize
     elif command == LC_CODE_SIGNATURE:
-        macho.stamps.append(struct.unpack_from("<II", body, 8))
+        offset, size = struct.unpack_from("<II", body, 8)
+        if offset + size > len(data):  # what llvm-install-name-tool calls malformed (exit 8)
+            raise BinaryError(
+                f"cannot read Mach-O (its code signature, {size} bytes at {offset}, runs past "
+                f"the end of the file, {len(data)} bytes): {path}"
+            )
+        macho.stamps.append((offset, size))
     elif command in (LC_SEGMENT_64, LC_SEGMENT):
         _segment(macho, path, body, command == LC_SEGMENT_64)
     elif command == LC_SYMTAB:
