@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from splitter.verify.consumer import (
+    TIMED_OUT,
     build_consumer,
     cmake_version,
     expected_output,
@@ -94,10 +95,15 @@ def _model_check(
         check=check,
         subject=subject,
         expected=EXPECTED[check],
-        outcome="identical" if same else f"exit {run.returncode}",
+        outcome="identical" if same else _ended(run.returncode),
         status=Status.PASS if same else Status.FAIL,
         detail="" if same else (run.stderr.strip().splitlines() or [""])[-1],
     )
+
+
+def _ended(returncode: int) -> str:
+    """How a run that did not give the model's output ended."""
+    return "timed out" if returncode == TIMED_OUT else f"exit {returncode}"
 
 
 def relocation_check(
@@ -147,7 +153,7 @@ def relocation_check(
         check=row,
         subject=f"{runner.relative_to(moved.parent)}{where}",
         expected=EXPECTED[row],
-        outcome="identical" if same else "failed",
+        outcome="identical" if same else "timed out" if run.returncode == TIMED_OUT else "failed",
         status=Status.PASS if same else Status.FAIL,
         detail="" if same else (run.stderr.strip().splitlines() or [""])[-1],
     )
@@ -212,7 +218,7 @@ def python_check(full: Installed, python: Path, torch_python: Path | None) -> Ch
         check=row,
         subject=str(torch_python),
         expected=EXPECTED[row],
-        outcome="identical" if same else f"exit {run.returncode}",
+        outcome="identical" if same else _ended(run.returncode),
         status=Status.PASS if same else Status.FAIL,
         detail="" if same else (run.stderr.decode().strip().splitlines() or [""])[-1],
     )

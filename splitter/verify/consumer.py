@@ -7,6 +7,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import splitter.checks
 from splitter.errors import ExternalToolError, MissingToolError
@@ -14,6 +15,31 @@ from splitter.verify.emulate import Emulator
 
 CONSUMER = Path(splitter.checks.__file__).parent / "consumer"
 MODEL = Path(splitter.checks.__file__).parent / "model"
+# Seconds a step may take before it is killed and its row fails: CMake's configure or build,
+# and a run of the model (about 0.1 s natively and under qemu; torch's import takes seconds).
+# A hung program, or a guest qemu never finishes, fails its row instead of hanging verify.
+BUILD_TIMEOUT = 900
+RUN_TIMEOUT = 300
+TIMED_OUT = -9  # the return code of a step killed at its timeout (SIGKILL, as subprocess does)
+
+
+def run_step(
+    command: list[str], timeout: float, *, text: bool = True, **options: Any
+) -> subprocess.CompletedProcess[Any]:
+    """subprocess.run with output captured and `timeout`: a step still running then is killed
+    and returns TIMED_OUT, its output so far and a last line saying so."""
+    try:
+        return subprocess.run(
+            command, capture_output=True, check=False, timeout=timeout, text=text, **options
+        )
+    except subprocess.TimeoutExpired as expired:
+        said = f"\n{Path(command[0]).name}: no answer in {timeout:g} s, killed\n".encode()
+        stdout, stderr = expired.stdout or b"", (expired.stderr or b"") + said  # bytes, always
+        if text:
+            return subprocess.CompletedProcess(
+                command, TIMED_OUT, stdout.decode(errors="replace"), stderr.decode(errors="replace")
+            )
+        return subprocess.CompletedProcess(command, TIMED_OUT, stdout, stderr)
 
 
 @dataclass(frozen=True)
@@ -90,31 +116,27 @@ def build_consumer(
         args.append(f"-D{spelling}_DIR={config_dir}")
     if toolchain is not None:
         args.append(f"-DCMAKE_TOOLCHAIN_FILE={toolchain}")
-    configure = subprocess.run(args, capture_output=True, text=True, check=False)
+    configure = run_step(args, BUILD_TIMEOUT, text=True)
     output = configure.stdout + configure.stderr
     if configure.returncode != 0:
         return Configured(configure.returncode, output, build_dir)
-    build = subprocess.run(
-        [str(cmake), "--build", str(build_dir), "-j2"], capture_output=True, text=True, check=False
-    )
+    build = run_step([str(cmake), "--build", str(build_dir), "-j2"], BUILD_TIMEOUT, text=True)
     return Configured(build.returncode, output + build.stdout + build.stderr, build_dir)
 
 
 def run_model(
-    runner: Path, out_file: Path, emulator: Emulator | None = None
+    runner: Path,
+    out_file: Path,
+    emulator: Emulator | None = None,
+    timeout: float | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run the shipped quantized model (under `emulator`, a runner of another architecture);
-    the output bytes land in `out_file`."""
+    the output bytes land in `out_file`. Killed after `timeout` s (TIMED_OUT; by default
+    RUN_TIMEOUT)."""
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
     args = (str(MODEL / "model.pte"), str(MODEL / "input0.bin"), str(out_file))
     command = [str(runner), *args] if emulator is None else emulator.command(runner, *args)
-    return subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        check=False,
-        env=env,
-    )
+    return run_step(command, RUN_TIMEOUT if timeout is None else timeout, env=env)
 
 
 def expected_output() -> bytes:
@@ -146,6 +168,4 @@ def run_model_python(
     env["PYTHONPATH"] = str(sitedir)
     if library_path is not None:
         env["LD_LIBRARY_PATH"] = str(library_path)
-    return subprocess.run(
-        [str(python), "-c", RUN_PTE, str(MODEL)], capture_output=True, env=env, check=False
-    )
+    return run_step([str(python), "-c", RUN_PTE, str(MODEL)], RUN_TIMEOUT, text=False, env=env)
