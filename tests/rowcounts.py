@@ -1,0 +1,53 @@
+"""The rows `splitter verify` must report for an output of the real cp311 x86_64 wheel, derived
+from the wheel itself (zipfile), the packages (the format's own tool lists their SBOMs) and the
+README's stated figure, never from verify's own lists."""
+
+from __future__ import annotations
+
+import re
+import zipfile
+from collections import Counter
+from pathlib import Path
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+ELF = b"\x7fELF"
+
+
+def coload_files(wheel: Path) -> int:
+    """The files the co-load matrix pairs: the wheel's shipped libraries, its `_C` extension and
+    its export plugins (`*_aot_lib.so`), each an ELF file (its magic read from the zip)."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = [
+            n
+            for n in archive.namelist()
+            if re.fullmatch(r"executorch/lib/[^/]+\.so[.\d]*", n)
+            or re.fullmatch(r"executorch/extension/pybindings/_C\.[^/]+\.so", n)
+            or re.fullmatch(r"executorch/.+_aot_lib\.so", n)
+        ]
+        return sum(1 for n in names if archive.read(n)[:4] == ELF)
+
+
+def expected_rows(wheel: Path, sboms: int, *, depends: bool) -> Counter[str]:
+    """Every row of a full verify with torch and one CMake >= 3.28, by check."""
+    files = coload_files(wheel)
+    expected = Counter(
+        {
+            "co-load": files * (files - 1),  # every ordered pair
+            "model (C++)": 1,
+            "missing component": 1,
+            "relocation": 1,
+            "model (Python)": 1,
+            "sbom": sboms,
+            "headers": 1,
+        }
+    )
+    if depends:
+        expected["depends"] = 1
+    return expected
+
+
+def readme_passed(target: str) -> int:
+    """The `N passed` the README states for `splitter verify dist/<target>`."""
+    found = re.search(rf"splitter verify dist/{target} .*# (\d+) passed", README.read_text())
+    assert found is not None, f"the README states no count for verify dist/{target}"
+    return int(found[1])
