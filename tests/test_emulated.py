@@ -16,6 +16,9 @@ from pathlib import Path
 import pytest
 from consumer_tools import cmake_executable
 
+from splitter.verify.checks import consumer_checks
+from splitter.verify.emulate import Emulator, emulator_for
+from splitter.verify.install import install
 from splitter.verify.run import CHECKS, Check, Status, verify
 
 pytestmark = [
@@ -207,3 +210,31 @@ def test_cross_compiler_flag_is_used(outputs: dict[str, Path], tmp_path: Path) -
     assert result.returncode == 1, result.stdout
     rows = json.loads(result.stdout)["checks"]
     assert any(r["check"] == "model (C++)" and r["status"] == "fail" for r in rows)
+
+
+def test_a_quantized_stub_fails_the_model_at_run_time_under_qemu(
+    outputs: dict[str, Path], tmp_path: Path
+) -> None:
+    """The installed aarch64 libexecutorch_kernels_quantized.so swapped for a cross-built stub
+    with its SONAME that registers nothing: the consumer configures, links and starts under
+    qemu, and the model fails at run time (its exit code), not at build time."""
+    full = install(outputs["tree"], tmp_path / "installed")
+    emulator = emulator_for("linux-aarch64")
+    assert isinstance(emulator, Emulator), emulator
+    source = tmp_path / "stub.c"
+    source.write_text("int executorch_kernels_quantized_stub(void) { return 0; }\n")
+    library = full.libdir / "libexecutorch_kernels_quantized.so"
+    stub = [str(emulator.cxx), "-x", "c", "-shared", "-fPIC", str(source)]
+    stub += ["-Wl,-soname,libexecutorch_kernels_quantized.so", "-o", str(library)]
+    subprocess.run(stub, check=True)
+    header = subprocess.run(
+        ["readelf", "-h", str(library)], capture_output=True, text=True, check=True
+    ).stdout
+    assert "AArch64" in header
+    checks = consumer_checks(
+        outputs["tree"], full, [cmake_executable("3.28")], tmp_path / "scratch", emulator
+    )
+    (model,) = by_check(checks)["model (C++)"]
+    assert model.status is Status.FAIL
+    assert model.outcome == "exit 1", model  # the runner's own exit, not "build failed"
+    assert "OperatorMissing" in model.detail, model
