@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 import shutil
 import subprocess
 import zipfile
@@ -91,6 +92,106 @@ def test_real_upgrade(wheel_150: Path, real_wheel: Path, tmp_path: Path) -> None
             order = [c.name for c in components if c.name in held]
             assert package["third_party"][side] == order, (name, side)
             assert package["license"][side] == plans[index].package(name).license
+
+
+def _neutral(name: str) -> str:
+    """A member's name with the dist-info directory's version taken out (diff pairs them)."""
+    return re.sub(r"^executorch-[^/]+\.dist-info/", "executorch.dist-info/", name)
+
+
+def _dynamic(path: Path) -> dict[str, list[str]]:
+    """binutils' readelf -d: NEEDED, SONAME and RUNPATH of one file."""
+    listing = subprocess.run(
+        ["readelf", "-d", "-W", str(path)], capture_output=True, text=True, check=True
+    ).stdout
+    found: dict[str, list[str]] = {"NEEDED": [], "SONAME": [], "RUNPATH": []}
+    for kind, value in re.findall(r"\((NEEDED|SONAME|RUNPATH)\)[^\[]*\[(.*)\]$", listing, re.M):
+        found[kind].append(value)
+    return found
+
+
+def _without_build_id(path: Path) -> bytes:
+    """The file with its GNU build-id note removed by binutils' objcopy."""
+    stripped = path.with_name(path.name + ".nobuildid")
+    subprocess.run(
+        ["objcopy", "--remove-section=.note.gnu.build-id", str(path), str(stripped)], check=True
+    )
+    return stripped.read_bytes()
+
+
+def test_real_upgrade_as_binutils_sees_it(
+    wheel_150: Path, real_wheel: Path, tmp_path: Path
+) -> None:
+    """1.5.0 -> 1.5.1 judged by zipfile and binutils alone: added and removed are the
+    namelists' differences; `changed` is every member whose bytes differ, an ELF file once
+    objcopy has removed its build-id; the binaries listed are exactly those whose nm -D
+    exports, readelf NEEDED, SONAME or RUNPATH differ (plus any whose kernels or schemas do),
+    field by field; and the verdicts are pinned."""
+    result = run_splitter("diff", str(wheel_150), str(real_wheel), "--json")
+    assert result.returncode == 0, result.stderr
+    packages = json.loads(result.stdout)["packages"]
+    old_zip, new_zip = zipfile.ZipFile(wheel_150), zipfile.ZipFile(real_wheel)
+    old = {_neutral(n): n for n in old_zip.namelist() if not n.endswith("/")}
+    new = {_neutral(n): n for n in new_zip.namelist() if not n.endswith("/")}
+    listed = {
+        key: {_neutral(x) for p in packages.values() for x in p[key]}
+        for key in ("added", "removed", "changed")
+    }
+    assert [m for p in packages.values() for m in p["moved"]] == []
+    assert listed["added"] == new.keys() - old.keys()
+    assert listed["removed"] == old.keys() - new.keys()
+    changed, binary_changes = set(), {}
+    for name in sorted(old.keys() & new.keys()):
+        before, after = old_zip.read(old[name]), new_zip.read(new[name])
+        if before == after:
+            continue
+        if before[:4] != b"\x7fELF":
+            changed.add(name)
+            continue
+        a, b = tmp_path / "a" / name, tmp_path / "b" / name
+        for path, data in ((a, before), (b, after)):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        if _without_build_id(a) != _without_build_id(b):
+            changed.add(name)
+        exports = (
+            nm_defined(wheel_150, old[name], tmp_path),
+            nm_defined(real_wheel, new[name], tmp_path),
+        )
+        dynamic = _dynamic(a), _dynamic(b)
+        if exports[0] != exports[1] or dynamic[0] != dynamic[1]:
+            binary_changes[name] = (exports, dynamic)
+    assert binary_changes  # threadpool's new export at least: the comparison below is real
+    assert listed["changed"] == changed
+    binaries = {b["path"]: b for p in packages.values() for b in p["binaries"]}
+    for path, entry in binaries.items():
+        if path not in binary_changes:  # listed for its kernels or operator schemas alone
+            assert any(
+                entry[k]
+                for k in ("kernels_added", "kernels_removed", "schemas_added", "schemas_removed")
+            ), path
+    assert binary_changes.keys() <= binaries.keys()
+    for path, ((old_exports, new_exports), (before, after)) in binary_changes.items():
+        entry = binaries[path]
+        assert {s["mangled"] for s in entry["symbols_added"]} == new_exports - old_exports
+        assert {s["mangled"] for s in entry["symbols_removed"]} == old_exports - new_exports
+        assert set(entry["needed_added"]) == set(after["NEEDED"]) - set(before["NEEDED"])
+        assert set(entry["needed_removed"]) == set(before["NEEDED"]) - set(after["NEEDED"])
+        for field, key in (("soname", "SONAME"), ("runpath", "RUNPATH")):
+            same = before[key] == after[key]
+            assert entry[field] == (
+                None
+                if same
+                else {
+                    "from": before[key][0] if before[key] else None,
+                    "to": after[key][0] if after[key] else None,
+                }
+            ), (path, field)
+    assert {n: p["verdict"] for n, p in packages.items()} == {
+        "executorch-runtime": "compatible",
+        "executorch-kernels-quantized": "unchanged",
+        "executorch-export": "incompatible",
+    }
 
 
 def test_same_wheel_has_no_changes(real_wheel: Path) -> None:
