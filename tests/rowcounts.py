@@ -9,6 +9,9 @@ import zipfile
 from collections import Counter
 from pathlib import Path
 
+from conda_tools import torch_python
+from consumer_tools import cmake_executable
+
 README = Path(__file__).resolve().parent.parent / "README.md"
 ELF = b"\x7fELF"
 
@@ -44,6 +47,20 @@ def expected_rows(wheel: Path, sboms: int, *, depends: bool) -> Counter[str]:
     if depends:
         expected["depends"] = 1
     return expected
+
+
+def full_verify_matches(out: Path, wheel: Path, listed: list[str], target: str) -> None:
+    """`splitter verify OUT` with torch and CMake 3.28: nothing skipped, every row passes,
+    the rows per check are expected_rows' (`listed`: every path the packages hold, as the
+    format's own tool lists them, for their SBOMs), and their sum is the README's figure."""
+    from splitter.verify.run import Status, verify
+
+    checks = verify(out, [torch_python()], [cmake_executable("3.28")])
+    assert [c for c in checks if c.status is not Status.PASS] == []
+    sboms = sum(1 for line in listed if line.endswith(".cdx.json"))
+    expected = expected_rows(wheel, sboms, depends=True)
+    assert Counter(c.check for c in checks) == expected
+    assert len(checks) == sum(expected.values()) == readme_passed(target)
 
 
 def readme_passed(target: str) -> int:
