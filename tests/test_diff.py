@@ -263,17 +263,16 @@ sonames = ["libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "ld-linux-
 """
 
 
-def library(directory: Path, kernels: str, exports: str, soname: str) -> bytes:
+def library(directory: Path, kernels: str, exports: str, soname: str, *flags: str) -> bytes:
+    """A shared library registering `kernels`, exporting `exports`, linked with `flags`."""
     gcc = shutil.which("gcc") or shutil.which("cc")
     if gcc is None:
         pytest.skip("no C compiler to build the libraries")
-    source = directory / f"{abs(hash((kernels, exports, soname)))}.c"
+    source = directory / f"{abs(hash((kernels, exports, soname, flags)))}.c"
     source.write_text(LIBRARY.replace("KERNELS", kernels).replace("EXPORTS", exports))
     out = source.with_suffix(".so")
-    subprocess.run(
-        [gcc, "-shared", "-fPIC", "-O1", f"-Wl,-soname,{soname}", "-o", str(out), str(source)],
-        check=True,
-    )
+    command = [gcc, "-shared", "-fPIC", "-O1", f"-Wl,-soname,{soname}", "-o", str(out)]
+    subprocess.run([*command, str(source), *flags], check=True)
     return out.read_bytes()
 
 
@@ -370,6 +369,67 @@ def test_each_kind_of_change(tmp_path: Path) -> None:
     runtime = next(p for p in found.packages if p.name == "executorch-runtime")
     assert runtime.verdict is Verdict.COMPATIBLE, runtime.reasons
     assert runtime.binaries[0].symbols_added == ("more",)
+
+
+def test_a_removed_kernel_a_new_needed_and_a_new_requirement(tmp_path: Path) -> None:
+    """Three more kinds, each confirmed by an independent tool: a kernel registration removed
+    (strings -a finds its name in the old library only) makes the runtime incompatible,
+    naming it; a NEEDED added (readelf -d) is listed and compatible; a Requires-Dist added to
+    the wheel's METADATA is the export package's compatible metadata change."""
+    recipe_path = tmp_path / "recipe.toml"
+    recipe_path.write_text(RECIPE + '\n[conda.names]\nnumpy = "numpy"\n')
+    recipe = load_recipe(recipe_path)
+    kernel = '{"quantized_decomposed::mul.out", 0, mul_out},'
+    old_lib = library(tmp_path, kernel, "int kept(void) { return 1; }", "libexecutorch.so")
+    new_lib = library(
+        tmp_path,
+        "",
+        "#include <math.h>\ndouble kept(double x) { return cos(x); }",
+        "libexecutorch.so",
+        "-Wl,--no-as-needed",
+        "-lm",
+    )
+    old = small(tmp_path / "old", "1.5.0", old_lib, "executorch/exir/a.py")
+    (tmp_path / "new").mkdir()
+    metadata = "Metadata-Version: 2.1\nName: executorch\nVersion: 1.5.1\nRequires-Dist: numpy\n"
+    new = make_wheel(
+        tmp_path / "new",
+        {
+            "executorch/lib/libexecutorch.so": new_lib,
+            "executorch/include/executorch.h": b"#pragma once\n",
+            "executorch/exir/a.py": b"VALUE = 1\n",
+            "executorch-1.5.1.dist-info/METADATA": metadata.encode(),
+        },
+    )
+    found = diff_plans(make_plan(old, recipe), make_plan(new, recipe))
+    runtime = next(p for p in found.packages if p.name == "executorch-runtime")
+    export = next(p for p in found.packages if p.name == "executorch-export")
+    strings = []
+    needed = []
+    for name, data in (("old.so", old_lib), ("new.so", new_lib)):
+        (tmp_path / name).write_bytes(data)
+        strings.append(
+            subprocess.run(
+                ["strings", "-a", str(tmp_path / name)], capture_output=True, text=True, check=True
+            ).stdout.split()
+        )
+        dynamic = subprocess.run(
+            ["readelf", "-d", "-W", str(tmp_path / name)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        needed.append(set(re.findall(r"\(NEEDED\)[^\[]*\[(.*)\]", dynamic)))
+    kernel_name = "quantized_decomposed::mul.out"
+    assert kernel_name in strings[0] and kernel_name not in strings[1]
+    (binary,) = runtime.binaries
+    assert binary.kernels_removed == (kernel_name,)
+    assert set(binary.needed_added) == needed[1] - needed[0]
+    assert "libm.so.6" in binary.needed_added
+    assert runtime.verdict is Verdict.INCOMPATIBLE
+    assert [(r.kind, r.names) for r in runtime.reasons] == [(Break.KERNELS, (kernel_name,))]
+    assert [(m.kind, m.subject) for m in export.metadata] == [(Meta.REQUIRES_ADDED, "numpy")]
+    assert export.verdict is Verdict.COMPATIBLE
 
 
 def test_one_pair_per_platform_and_python(real_wheel: Path, real_wheel_aarch64: Path) -> None:

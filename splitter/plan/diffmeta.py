@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from packaging.requirements import Requirement as PipRequirement
+
 from splitter.model import PackagePlan, Plan
 from splitter.model import Verdict as Exclusive
 
@@ -91,9 +93,12 @@ def diff_metadata(name: str, old: Plan, new: Plan) -> tuple[MetadataChange, ...]
     if mine.license != theirs.license:
         licences = (mine.license, theirs.license)
         found.append(MetadataChange(kind=Meta.LICENSE_CHANGED, subject=name, license=licences))
-    # external requirements by name: pip's requirement and its conda mapping
+    # external requirements by name: pip's requirement and its conda mapping; those the
+    # binaries need (externals) and, for a Python package, the wheel's Requires-Dist
     was = {d.name: Requirement(pip=d.pip, conda=d.conda) for d in mine.externals}
     now = {d.name: Requirement(pip=d.pip, conda=d.conda) for d in theirs.externals}
+    was |= _requires_dist(old, mine)
+    now |= _requires_dist(new, theirs)
     for requirement in sorted(set(was) | set(now)):
         pair = (was.get(requirement), now.get(requirement))
         if pair[0] is None:
@@ -139,3 +144,20 @@ def _owners(verdict: Exclusive) -> tuple[str, str]:
 
 def _package(plan: Plan, name: str) -> PackagePlan | None:
     return next((p for p in plan.packages if p.name == name), None)
+
+
+def _requires_dist(plan: Plan, package: PackagePlan) -> dict[str, Requirement]:
+    """A Python package's requirements from the wheel's Requires-Dist, by conda name: each as
+    the wheel spells it and as the package's conda spec (conda_requires)."""
+    names = dict(plan.recipe.conda_names)
+    pip = {}
+    for text in plan.wheel.requires_dist:
+        parsed = PipRequirement(text)
+        conda_name = names.get(parsed.name.lower()) or names.get(parsed.name)
+        if conda_name is not None:
+            pip[conda_name] = str(parsed)
+    found = {}
+    for spec in package.conda_requires:
+        name = spec.split()[0]
+        found[name] = Requirement(pip=pip.get(name, name), conda=spec)
+    return found
