@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, currently_in_test_context, event, given, set
 from hypothesis import strategies as st
 
 from splitter.binaries.elf import analyse_elf
+from splitter.binaries.macho import analyse_macho
 from splitter.errors import BinaryError, InvalidWheel, RecipeError, SplitterError
 from splitter.model import BinaryInfo, Recipe
 from splitter.plan.make import make_plan
@@ -1104,3 +1105,51 @@ def test_recipe_shapes_tomlkit_lets_through(
     with pytest.raises(RecipeError) as info:
         load_recipe(path)
     assert message.format(path=path) in str(info.value) and str(path) in str(info.value)
+
+
+# --- 4. Mach-O files --------------------------------------------------------------------------
+
+MACHO = (
+    "executorch/lib/libexecutorch_etdump.dylib",
+    "executorch/lib/libexecutorch_kernels_quantized.dylib",  # kernel tables, chained fixups
+)
+
+
+@pytest.fixture(scope="module")
+def dylibs(real_wheel_macos: Path) -> dict[str, bytes]:
+    """Two real arm64 dylibs of the macOS wheel, read once."""
+    with zipfile.ZipFile(real_wheel_macos) as archive:
+        return {name: archive.read(name) for name in MACHO}
+
+
+def macho_regions(data: bytes) -> tuple[tuple[int, int], ...]:
+    """The Mach-O header and each load command (sizes, counts, offsets, names, fixups and the
+    signature's linkedit_data all live there), read with struct alone."""
+    count, size = struct.unpack_from("<II", data, 16)
+    regions, offset = [(0, 32)], 32
+    for _ in range(count):
+        _, length = struct.unpack_from("<II", data, offset)
+        regions.append((offset, offset + length))
+        offset += length
+    assert offset == 32 + size
+    return tuple(regions)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", MACHO, ids=lambda n: Path(n).stem)
+@settings(FUZZ, max_examples=400)
+@given(data=st.data())
+def test_mutated_macho(dylibs: dict[str, bytes], name: str, data: st.DataObject) -> None:
+    """analyse_macho of a mutated real dylib (its header and load commands hit, or any byte)
+    gives a BinaryInfo, equal to the original's when the edit left what it reads alone, or a
+    BinaryError naming the file: never another exception."""
+    original = dylibs[name]
+    mutated = data.draw(byte_edits(len(original), macho_regions(original))).apply(original)
+    try:
+        info = analyse_macho(name, mutated)
+    except BinaryError as exc:
+        assert str(exc).endswith(f": {name}"), str(exc)
+        record("BinaryError")
+        return
+    assert isinstance(info, BinaryInfo)
+    record("analysed" + (" as the original" if info == analyse_macho(name, original) else ""))
