@@ -1137,7 +1137,7 @@ def macho_regions(data: bytes) -> tuple[tuple[int, int], ...]:
 
 @pytest.mark.integration
 @pytest.mark.parametrize("name", MACHO, ids=lambda n: Path(n).stem)
-@settings(FUZZ, max_examples=400)
+@settings(FUZZ, max_examples=1000)
 @given(data=st.data())
 def test_mutated_macho(dylibs: dict[str, bytes], name: str, data: st.DataObject) -> None:
     """analyse_macho of a mutated real dylib (its header and load commands hit, or any byte)
@@ -1153,3 +1153,27 @@ def test_mutated_macho(dylibs: dict[str, bytes], name: str, data: st.DataObject)
         return
     assert isinstance(info, BinaryInfo)
     record("analysed" + (" as the original" if info == analyse_macho(name, original) else ""))
+
+
+def _load_command(data: bytes, wanted: int) -> int:
+    """The offset of the first load command `wanted` of a thin 64-bit Mach-O (struct alone)."""
+    count = struct.unpack_from("<I", data, 16)[0]
+    offset = 32
+    for _ in range(count):
+        command, size = struct.unpack_from("<II", data, offset)
+        if command == wanted:
+            return offset
+        offset += size
+    raise AssertionError(f"no load command {wanted:#x}")
+
+
+@pytest.mark.integration
+def test_chained_fixups_pointing_past_their_data(dylibs: dict[str, bytes]) -> None:
+    """A random search found it: the chained fixups header's starts_offset pointing past the
+    LC_DYLD_CHAINED_FIXUPS data made the reader raise struct.error; it is refused by name."""
+    name = "executorch/lib/libexecutorch_kernels_quantized.dylib"
+    data = bytearray(dylibs[name])
+    dataoff = struct.unpack_from("<I", data, _load_command(bytes(data), 0x80000034) + 8)[0]
+    struct.pack_into("<I", data, dataoff + 4, 0x00FFFFF0)  # starts_offset: far past the file
+    with pytest.raises(BinaryError, match=r"chained fixups offset .* points past their data"):
+        analyse_macho(name, bytes(data))

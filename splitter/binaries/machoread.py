@@ -36,6 +36,10 @@ LC_CODE_SIGNATURE = 0x1D
 LC_DYLD_INFO, LC_DYLD_INFO_ONLY = 0x22, 0x22 | REQ_DYLD
 LC_DYLD_CHAINED_FIXUPS = 0x34 | REQ_DYLD
 LOADS = frozenset({LC_LOAD_DYLIB, LC_LOAD_WEAK_DYLIB, LC_REEXPORT_DYLIB, LC_LOAD_UPWARD_DYLIB})
+# The files dyld loads (mach-o/loader.h): MH_EXECUTE (flatc), MH_DYLIB, MH_BUNDLE (Python
+# extensions); the only kinds in the macOS wheels. Another is refused, as LLVM lists nothing
+# for it and dyld would not load it.
+FILETYPES = frozenset({0x2, 0x6, 0x8})
 # The size of each load command read here, with its fields (mach-o/loader.h): a shorter one is
 # refused by name rather than read past.
 SIZES = {
@@ -122,7 +126,12 @@ def read_macho(path: str, data: bytes) -> MachO:
     header = 32 if bits == 64 else 28
     if len(data) < header:
         raise BinaryError(f"cannot read Mach-O (the file ends inside its header): {path}")
-    cpu, _, _, count, size = struct.unpack_from("<iIIII", data, 4)
+    cpu, _, filetype, count, size = struct.unpack_from("<iIIII", data, 4)
+    if filetype not in FILETYPES:
+        raise BinaryError(
+            f"cannot read Mach-O (file type {filetype:#x} is not an executable, a dylib or a "
+            f"bundle): {path}"
+        )
     if len(data) < header + size:
         raise BinaryError(
             f"cannot read Mach-O (the file ends inside its load commands, {len(data)} bytes): "
@@ -278,26 +287,33 @@ class _Fixups:
                     return int.from_bytes(self.data[at : at + 8], "little")
         raise self.fail(f"a pointer at {address:#x} is outside the file's segments")
 
+    def field(self, form: str, at: int, end: int) -> tuple[int, ...]:
+        """struct.unpack_from(form) at `at`, refused when it reaches past `end` (the chained
+        fixups' data): every offset in that data is the file's word, not to be trusted."""
+        if at + struct.calcsize(form) > end:
+            raise self.fail(f"a chained fixups offset ({at}) points past their data")
+        return struct.unpack_from(form, self.data, at)
+
     def chained(self, start: int, size: int) -> None:
-        data = self.data
-        if start + 28 > len(data) or start + size > len(data):
+        data, end = self.data, start + size
+        if start + 28 > len(data) or end > len(data):
             raise self.fail("LC_DYLD_CHAINED_FIXUPS runs past the file")
-        _, starts = struct.unpack_from("<2I", data, start)
+        _, starts = self.field("<2I", start, end)
         image = start + starts
-        (count,) = struct.unpack_from("<I", data, image)
+        (count,) = self.field("<I", image, end)
         segments = self.macho.segments
         if count > len(segments):
             raise self.fail("the fixups name more segments than the file has")
         for index in range(count):
-            (info,) = struct.unpack_from("<I", data, image + 4 + 4 * index)
+            (info,) = self.field("<I", image + 4 + 4 * index, end)
             if info == 0:
                 continue
             at = image + info
-            _, page_size, form, _, _, pages = struct.unpack_from("<IHHQIH", data, at)
+            _, page_size, form, _, _, pages = self.field("<IHHQIH", at, end)
             if form not in (CHAINED_PTR_64, CHAINED_PTR_64_OFFSET):
                 raise self.fail(f"chained pointer format {form} is not read")
             base = self.base()
-            for number, first in enumerate(struct.unpack_from(f"<{pages}H", data, at + 22)):
+            for number, first in enumerate(self.field(f"<{pages}H", at + 22, end)):
                 if first == PAGE_NONE:
                     continue
                 address = segments[index].address + number * page_size + first
