@@ -28,6 +28,7 @@ from consumer_tools import (
     meson_runs_the_model,
     run_model,
 )
+from rowcounts import full_verify_matches
 
 from splitter.binaries.resolve import find_unresolved
 from splitter.errors import MissingToolError
@@ -261,6 +262,25 @@ def test_meson_consumer(prefixes: dict[str, Path], tmp_path: Path) -> None:
     )
     assert 'Dependency "executorch-kernels-quantized" not found' in alone.output
     assert alone.returncode != 0 and not alone.runner.exists()
+
+
+def test_verify_with_torch_passes_every_row_the_readme_counts(
+    channel: Path, real_wheel: Path
+) -> None:
+    """With torch and CMake 3.28 every row passes, as many per check as the wheel makes and
+    the packages' SBOMs (listed from each .conda's own archives) count, summing to the
+    README's figure for `splitter verify dist/conda`."""
+    listed = []
+    for package in sorted(channel.rglob("*.conda")):
+        with zipfile.ZipFile(package) as archive:
+            for member in archive.namelist():
+                if member.endswith(".tar.zst"):
+                    raw = zstandard.ZstdDecompressor().stream_reader(
+                        io.BytesIO(archive.read(member))
+                    )
+                    with tarfile.open(fileobj=io.BytesIO(raw.read())) as tar:
+                        listed += tar.getnames()
+    full_verify_matches(channel, real_wheel, listed, "conda", depends=False)
 
 
 def test_python_side_from_the_prefix(prefixes: dict[str, Path]) -> None:
