@@ -269,6 +269,16 @@ class Together:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HeaderNotAlone:
+    """A shipped header the recipe says does not compile on its own, by upstream's design:
+    `splitter verify`'s headers row accepts its failure, with `reason`, and no other."""
+
+    header: str  # relative to the include directory, as `#include <...>` spells it
+    reason: str
+    line: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Recipe:
     """A validated recipe."""
 
@@ -290,6 +300,7 @@ class Recipe:
     system_paths: tuple[str, ...] = ()
     together: tuple[Together, ...] = ()
     third_party: tuple[ThirdParty, ...] = ()  # [[third_party]], in recipe order
+    headers_not_alone: tuple[HeaderNotAlone, ...] = ()  # [[headers_not_alone]]
 
     def is_system(self, name: str) -> bool:
         """Whether the platform provides the library a binary loads as `name`."""
@@ -329,6 +340,9 @@ class PackagePlan:
     # component's found in its files (splitter.plan.licences)
     license: str = ""
     third_party: tuple[str, ...] = ()  # those components, in recipe order
+    # per library (wheel path) it holds, its exported functions in ExecuTorch's namespace that
+    # no shipped header names: linkable, not callable (splitter.plan.declared; a lower bound)
+    undeclared: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

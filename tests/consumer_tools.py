@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from splitter.binaries.elf import analyse_elf
+from splitter.model import PackagePlan
 from splitter.verify.consumer import (  # noqa: F401  (re-exported for the tests)
     CONSUMER,
     MODEL,
@@ -194,3 +195,21 @@ def readelf_needed(binary: Path) -> list[str]:
 def needed(binary: Path) -> list[str]:
     """NEEDED entries of an ELF, read with splitter's own analyser."""
     return list(analyse_elf(binary.name, binary.read_bytes()).needed)
+
+
+def undeclared_document(path: Path) -> dict[str, set[str]]:
+    """A development package's splitter-undeclared-functions document, read back: library
+    file name -> the qualified functions listed under it."""
+    listed: dict[str, set[str]] = {}
+    current: set[str] | None = None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if (head := re.fullmatch(r"(\S+) \((\d+)\):", line)) is not None:
+            current = listed.setdefault(head[1], set())
+        elif line.startswith("  ") and current is not None:
+            current.add(line.strip())
+    return listed
+
+
+def plan_undeclared(package: PackagePlan) -> dict[str, set[str]]:
+    """The plan's undeclared functions of a package, by library file name."""
+    return {path.rsplit("/", 1)[-1]: set(names) for path, names in package.undeclared}

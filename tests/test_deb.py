@@ -23,7 +23,9 @@ from consumer_tools import (
     cmake_executable,
     expected_output,
     meson_runs_the_model,
+    plan_undeclared,
     run_model,
+    undeclared_document,
 )
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
@@ -175,6 +177,10 @@ def expected_files(plan: Plan, package: str, libdir: str) -> dict[str, set[str]]
     }
     if dev:
         cut[DEV[package]] = dev
+        if pkg.undeclared:  # the functions its libraries export that no header declares
+            cut[DEV[package]].add(
+                f"/usr/share/doc/{DEV[package]}/splitter-undeclared-functions.amd64.txt"
+            )
     for each in cut:
         cut[each] |= {f"/usr/share/doc/{each}/{d}" for d in ("copyright", "changelog.Debian.gz")}
         cut[each].add(f"/usr/share/lintian/overrides/{each}")
@@ -740,3 +746,19 @@ def test_each_deb_states_the_licences_of_its_code(installed: Path, real_plan: Pl
             if component["type"] == "file":
                 data = (installed / "usr" / component["name"]).read_bytes()
                 assert hashlib.sha256(data).hexdigest() == component["hashes"][0]["content"]
+
+
+def test_the_dev_package_names_the_functions_no_header_declares(
+    installed: Path, real_plan: Plan
+) -> None:
+    """libexecutorch-dev documents what the plan found its libraries export and no header
+    names (get_threadpool among them), library by library; each library it names is one
+    dpkg says libexecutorch installed."""
+    doc = installed / "usr/share/doc/libexecutorch-dev/splitter-undeclared-functions.amd64.txt"
+    listed = undeclared_document(doc)
+    assert listed == plan_undeclared(real_plan.package("executorch-runtime"))
+    assert (
+        "executorch::extension::threadpool::get_threadpool" in listed["libexecutorch_threadpool.so"]
+    )
+    owned = dpkg(installed, "-L", "libexecutorch").stdout.splitlines()
+    assert all(any(line.endswith(f"/{name}") for line in owned) for name in listed)

@@ -1,10 +1,12 @@
-"""verify's `headers` row on the real wheel's tree: judged against upstream's own layout and
-flags (the unpacked wheel with tools/cmake/executorch.pc.in's Cflags), and against binutils'
-nm with grep for the exported functions no header names; a lost header and a missing flag
-fail it."""
+"""verify's `headers` row on the real wheel's tree, judged against upstream's own layout and
+flags (the unpacked wheel with tools/cmake/executorch.pc.in's Cflags): it accepts exactly the
+failures the recipe lists ([[headers_not_alone]]), and a lost header, a missing flag, an
+unlisted failure and a stale entry fail it. The plan's functions that no header names are
+judged by binutils' nm -D -C and grep -w on the tree, and the development packages carry them."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 import zipfile
@@ -12,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from splitter.model import Plan
+from splitter.model import HeaderNotAlone, Plan
 from splitter.plan.layout import make_layout
+from splitter.plan.recipe import load_recipe as real_recipe
 from splitter.targets.tree import build_tree
 from splitter.verify.headers import header_checks
 from splitter.verify.install import install
@@ -60,8 +63,8 @@ def upstream_failures(unpacked: Path) -> set[str]:
     return failed
 
 
-def test_the_row_names_exactly_the_headers_upstream_cannot_compile_alone(
-    row: dict[str, str], real_wheel: Path, unpacked_wheel: Path
+def test_the_row_accepts_exactly_the_headers_upstream_cannot_compile_alone(
+    row: dict[str, str], real_wheel: Path, unpacked_wheel: Path, real_plan: Plan
 ) -> None:
     with zipfile.ZipFile(real_wheel) as wheel:
         count = sum(
@@ -71,20 +74,21 @@ def test_the_row_names_exactly_the_headers_upstream_cannot_compile_alone(
         )
     failed = upstream_failures(unpacked_wheel)
     assert failed  # the wheel has some (an #error, a Windows-only header): the check is real
+    assert failed == {e.header for e in real_plan.recipe.headers_not_alone}
     assert row["status"] == Status.PASS, row
     assert row["outcome"] == (
-        f"{count - len(failed)} compile alone, {len(failed)} fail as upstream's"
+        f"{count - len(failed)} compile alone, {len(failed)} fail as the recipe lists"
     )
     named = set(re.findall(r"(executorch/\S+\.h): ", row["detail"]))
     assert named == failed
 
 
-def test_exported_functions_no_header_names(row: dict[str, str], tree: Path) -> None:
-    """libexecutorch_threadpool.so exports get_threadpool() and ThreadPool's members, which
-    no shipped header declares: nm -D -C and grep -w agree with the row's count."""
-    root = tree / "executorch-runtime" / "usr" / "local"
+def nm_undeclared(library: Path, include: Path) -> set[str]:
+    """binutils' and grep's reading of a library's undeclared functions: each exported
+    executorch:: function (nm -D -C --defined-only, T or W) whose name (a constructor's and
+    an operator's: its class's) grep -w finds in no header under `include`."""
     listing = subprocess.run(
-        ["nm", "-D", "-C", "--defined-only", str(root / "lib" / "libexecutorch_threadpool.so")],
+        ["nm", "-D", "-C", "--defined-only", str(library)],
         capture_output=True,
         text=True,
         check=True,
@@ -92,35 +96,47 @@ def test_exported_functions_no_header_names(row: dict[str, str], tree: Path) -> 
     names = set()
     for line in listing.splitlines():
         parts = line.split(" ", 2)
-        if len(parts) != 3:
+        if len(parts) != 3 or parts[1] not in ("T", "W"):
             continue
-        _, kind, symbol = parts
-        if kind in ("T", "W") and symbol.startswith("executorch::"):
-            names.add(re.sub(r"\[abi:\w+\]", "", symbol).split("(")[0])
-    unnamed = {
-        n
-        for n in names
-        if subprocess.run(
-            [
-                "grep",
-                "-rqw",
-                "--include=*.h",
-                n.rsplit("::", 1)[-1].lstrip("~"),
-                str(root / "include"),
-            ],
-            check=False,
-        ).returncode
-        != 0
-    }
-    assert "executorch::extension::threadpool::get_threadpool" in unnamed
-    assert f"libexecutorch_threadpool.so: {len(unnamed)} (" in row["detail"]
+        symbol = re.sub(r"\[abi:\w+\]", "", parts[2])
+        while (stripped := re.sub(r"<[^<>]*>", "", symbol)) != symbol:
+            symbol = stripped
+        symbol = symbol.split("(")[0].rsplit(" ", 1)[-1]
+        if symbol.startswith("executorch::"):
+            names.add(symbol)
+    unnamed = set()
+    for name in names:
+        *scope, last = name.split("::")
+        word = scope[-1] if last.startswith("operator") else last.lstrip("~")
+        grep = ["grep", "-rqw", "--include=*.h", "--include=*.hpp", word, str(include)]
+        if subprocess.run(grep, check=False).returncode != 0:
+            unnamed.add(name)
+    return unnamed
+
+
+def test_the_plans_undeclared_functions_are_nms(tree: Path, real_plan: Plan) -> None:
+    """Every library of the runtime: the plan's list equals nm's and grep's, and
+    libexecutorch_threadpool.so's get_threadpool(), whose header upstream does not ship, is in
+    it."""
+    root = tree / "executorch-runtime" / "usr" / "local"
+    runtime = real_plan.package("executorch-runtime")
+    listed = {path.rsplit("/", 1)[-1]: set(names) for path, names in runtime.undeclared}
+    libraries = sorted(
+        p.name for p in (root / "lib").glob("libexecutorch*.so") if not p.is_symlink()
+    )
+    assert len(libraries) >= 5
+    for name in libraries:
+        assert listed.get(name, set()) == nm_undeclared(root / "lib" / name, root / "include"), name
+    assert (
+        "executorch::extension::threadpool::get_threadpool" in listed["libexecutorch_threadpool.so"]
+    )
 
 
 def test_a_lost_header_fails_the_row(tree: Path, tmp_path: Path) -> None:
     full = install(tree, tmp_path / "i")
     include = full.cmake_prefix / "include"
     (include / "executorch" / "runtime" / "core" / "error.h").unlink()
-    (check,) = header_checks(full)
+    (check,) = header_checks(full, real_recipe())
     assert check.check == Row.HEADERS and check.status is Status.FAIL
     assert "includes <executorch/runtime/core/error.h>, which no installed package has" in (
         check.detail
@@ -134,7 +150,25 @@ def test_a_missing_flag_fails_the_row(tree: Path, tmp_path: Path) -> None:
     full = install(tree, tmp_path / "i")
     pc = full.libdir / "pkgconfig" / "executorch.pc"
     pc.write_text(pc.read_text().replace(" -DC10_USING_CUSTOM_GENERATED_MACROS", ""))
-    (check,) = header_checks(full)
+    (check,) = header_checks(full, real_recipe())
     assert check.status is Status.FAIL
     lost = "includes <torch/headeronly/macros/cmake_macros.h>, which no installed package has"
     assert lost in check.detail
+
+
+def test_an_unlisted_failure_and_a_stale_entry_fail_the_row(tree: Path, tmp_path: Path) -> None:
+    """The recipe's list is what the row accepts: without mman_windows.h's entry its failure
+    fails the row, with the compiler's reason; an entry for error.h, which compiles, is stale."""
+    recipe = real_recipe()
+    full = install(tree, tmp_path / "i")
+    mman = "executorch/extension/data_loader/mman_windows.h"
+    error_h = HeaderNotAlone(header="executorch/runtime/core/error.h", reason="-", line=1)
+    kept = tuple(e for e in recipe.headers_not_alone if e.header != mman)
+    changed = dataclasses.replace(recipe, headers_not_alone=(*kept, error_h))
+    (check,) = header_checks(full, changed)
+    assert check.status is Status.FAIL
+    assert ", 2 fail as the recipe lists, 1 fail, 1 listed compile" in check.outcome
+    assert f"{mman}: includes <_mingw.h>, not found" in check.detail
+    assert "executorch/runtime/core/error.h: compiles alone, but the recipe lists it" in (
+        check.detail
+    )

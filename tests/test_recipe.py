@@ -17,6 +17,12 @@ from splitter.plan.recipe import load_recipe
 SHIPPED = Path(__file__).resolve().parents[1] / "recipes" / "executorch.toml"
 
 
+MMAN_HEADER = 'header = "executorch/extension/data_loader/mman_windows.h"'
+COMPLEX_UTILS_HEADER = (
+    'header = "executorch/runtime/core/portable_type/c10/torch/headeronly/util/complex_utils.h"'
+)
+
+
 def edit(old: str, new: str) -> Callable[[str], str]:
     """An edit of the shipped text replacing `old`, which must occur exactly once."""
 
@@ -351,6 +357,36 @@ CASES = [
             at=lambda t: line_of(t, "[[together]]"),
         ),
         id="together-without-reason",
+    ),
+    pytest.param(
+        BadRecipe(
+            change=edit(MMAN_HEADER, 'header = "executorch/include/executorch/x/mman_windows.h"'),
+            what="not a header's path under the include directory: 'executorch/include/",
+            key="headers_not_alone[0].header",
+            at=lambda t: line_of(t, 'header = "executorch/include/'),
+        ),
+        id="header-as-a-wheel-path",
+    ),
+    pytest.param(
+        BadRecipe(
+            change=edit(MMAN_HEADER, 'header = "executorch/extension/*/mman_windows.h"'),
+            what="not a header's path under the include directory",
+            key="headers_not_alone[0].header",
+            at=lambda t: line_of(t, 'header = "executorch/extension/*'),
+        ),
+        id="header-glob",
+    ),
+    pytest.param(
+        BadRecipe(
+            change=edit(
+                COMPLEX_UTILS_HEADER,
+                'header = "executorch/runtime/core/portable_type/c10/c10/util/complex_math.h"',
+            ),
+            what="listed twice",
+            key="headers_not_alone[2].header",
+            at=lambda t: line_of(t, "[[headers_not_alone]]", 2) + 1,
+        ),
+        id="header-twice",
     ),
 ]
 

@@ -20,7 +20,9 @@ from consumer_tools import (
     cmake_executable,
     expected_output,
     meson_runs_the_model,
+    plan_undeclared,
     run_model,
+    undeclared_document,
 )
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
@@ -187,6 +189,10 @@ def expected_files(plan: Plan, package: str) -> dict[str, set[str]]:
     cut = {name: (files - dev) | docs}
     if dev:
         cut[DEVEL[package]] = dev
+        if pkg.undeclared:  # the functions its libraries export that no header declares
+            cut[DEVEL[package]].add(
+                f"/usr/share/doc/{DEVEL[package]}/splitter-undeclared-functions.txt"
+            )
     # every binary package: the wheel's licence and the text of each component in its files
     held = {f.component for f in plan.third_party if f.package == package}
     texts = ["LICENSE"] + [
@@ -460,3 +466,17 @@ def test_each_rpm_states_the_licences_of_its_code(
                     digests[path] = digest
         for path, digest in listed.items():
             assert digests.get(f"/usr/{path}") == digest, path
+
+
+def test_the_devel_package_names_the_functions_no_header_declares(
+    installed: Path, real_plan: Plan
+) -> None:
+    """executorch-devel documents (rpm -qd) what the plan found its libraries export and no
+    header names, library by library."""
+    docs = rpm_root(installed, "-qd", "executorch-devel").stdout.split()
+    assert docs == ["/usr/share/doc/executorch-devel/splitter-undeclared-functions.txt"]
+    listed = undeclared_document(installed / docs[0].lstrip("/"))
+    assert listed == plan_undeclared(real_plan.package("executorch-runtime"))
+    assert (
+        "executorch::extension::threadpool::get_threadpool" in listed["libexecutorch_threadpool.so"]
+    )

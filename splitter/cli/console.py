@@ -192,6 +192,20 @@ def show_plan(result: Plan) -> None:
         for line in verdict.evidence:
             out.print(f"  - {line}")
     _show_third_party(result)
+    _show_undeclared(result)
+
+
+def _show_undeclared(result: Plan) -> None:
+    """Per C++ library, how many of its exported executorch:: functions no shipped header
+    names, with the first few (`--json` lists them all)."""
+    for split in result.packages:
+        for path, names in split.undeclared:
+            shown = ", ".join(n.rsplit("::", 2)[-1] if "::" in n else n for n in names[:3])
+            more = ", ..." if len(names) > 3 else ""
+            out.print(
+                f"{split.name}: {path.rsplit('/', 1)[-1]} exports {len(names)} functions "
+                f"no shipped header names ({shown}{more}): linkable, not callable"
+            )
 
 
 def _show_third_party(result: Plan) -> None:

@@ -29,9 +29,10 @@ from splitter.model import (
     Recipe,
     WheelInfo,
 )
+from splitter.plan.declared import HEADER_SUFFIXES, api_symbols, identifiers, undeclared
 from splitter.plan.exclusive import check_verdicts_against_depends, judge_exclusive
 from splitter.plan.facts import conda_requirements, decide_platform
-from splitter.plan.layout import LIB, check_together
+from splitter.plan.layout import INCLUDE, LIB, check_together
 from splitter.plan.licences import package_terms
 from splitter.plan.selector import Selector
 from splitter.plan.thirdparty import Matcher, found_in, missing, path_hits
@@ -53,10 +54,12 @@ def make_plan(
     build_version: list[str] = []
     matcher = Matcher(recipe.third_party)
     counts: dict[str, dict[tuple[str, str], int]] = {}
+    api: dict[str, tuple[str, ...]] = {}  # C++ library -> its exports in ExecuTorch's namespace
+    named: set[bytes] = set()  # the identifiers of every shipped header
     seen = 0
 
     def wants(path: str, head: bytes) -> bool:
-        return is_binary(head) or path == VERSION_FILE
+        return is_binary(head) or path == VERSION_FILE or _is_header(path)
 
     def visit(path: str, data: bytes | None) -> None:
         nonlocal seen
@@ -71,6 +74,10 @@ def make_plan(
             hits = matcher.count(names)
             if hits:
                 counts[path] = hits
+            if path.startswith(LIB):
+                api[path] = api_symbols(names)
+        elif _is_header(path):
+            named.update(identifiers(data))
         elif path == VERSION_FILE:
             match = VERSION_ASSIGNMENT.search(data)
             if match:
@@ -100,6 +107,7 @@ def make_plan(
     sizes = {e.path: e.size for e in wheel.entries}
     paths = path_hits(recipe.third_party, (e.path for e in wheel.entries))
     third_party = found_in(matcher, counts, paths, owners)
+    linkable = undeclared(api, named)
     packages = []
     for spec in recipe.packages:
         files = tuple(sorted(p for p, (pkg, _) in owners.items() if pkg == spec.name))
@@ -129,6 +137,7 @@ def make_plan(
                 conda_requires=conda_requires if spec.python else (),
                 license=license,
                 third_party=components,
+                undeclared=tuple((p, n) for p, n in linkable if owners[p][0] == spec.name),
             )
         )
     return Plan(
@@ -144,6 +153,10 @@ def make_plan(
         third_party=third_party,
         third_party_missing=missing(recipe.third_party, third_party),
     )
+
+
+def _is_header(path: str) -> bool:
+    return path.startswith(INCLUDE) and path.endswith(HEADER_SUFFIXES)
 
 
 def check_supported(wheel: WheelInfo, recipe: Recipe) -> None:

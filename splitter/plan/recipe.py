@@ -18,6 +18,7 @@ from splitter.model import (
     Distro,
     ExclusivePair,
     External,
+    HeaderNotAlone,
     PackageSpec,
     Recipe,
     Rule,
@@ -212,6 +213,7 @@ def _build(source: Source, doc: dict[str, Any]) -> Recipe:
 
     return Recipe(
         together=_together(source, doc),
+        headers_not_alone=_headers_not_alone(source, doc),
         third_party=read_third_party(source, doc),
         path=source.path,
         project=project,
@@ -260,6 +262,37 @@ def _together(source: Source, doc: dict[str, Any]) -> tuple[Together, ...]:
             )
         )
     return tuple(groups)
+
+
+def _headers_not_alone(source: Source, doc: dict[str, Any]) -> tuple[HeaderNotAlone, ...]:
+    """[[headers_not_alone]]: headers (relative to the include directory, no globs) that do not
+    compile on their own by upstream's design, each once and with a reason."""
+    entries: list[HeaderNotAlone] = []
+    tables = _typed(source, doc.get("headers_not_alone", []), list, "headers_not_alone")
+    for index, table in enumerate(tables):
+        where = f"headers_not_alone[{index}]"
+        _typed(source, table, dict, where)
+        header = _get(source, table, "header", str, where)
+        if (
+            any(c in header for c in "*?[\\")
+            or header.startswith(("/", "executorch/include/"))
+            or not header.endswith((".h", ".hpp"))
+        ):
+            raise source.error(
+                f"{where}.header",
+                f"not a header's path under the include directory: {header!r}",
+                "name it as `#include <...>` does, e.g. executorch/runtime/core/error.h",
+            )
+        if any(e.header == header for e in entries):
+            raise source.error(f"{where}.header", f"listed twice: {header!r}", "list it once")
+        entries.append(
+            HeaderNotAlone(
+                header=header,
+                reason=_get(source, table, "reason", str, where),
+                line=source.line(where),
+            )
+        )
+    return tuple(entries)
 
 
 def _package_names(

@@ -102,6 +102,7 @@ _KEYS: dict[str, tuple[str, frozenset[str]]] = {
     "rpm": ("table", frozenset({"release", "maintainer", "names", "dev_names", "system"})),
     "process_exclusive": ("array", frozenset({"first", "second", "reason", "platforms"})),
     "together": ("array", frozenset({"files", "reason", "platforms"})),
+    "headers_not_alone": ("array", frozenset({"header", "reason"})),
     "third_party": (
         "array",
         frozenset({"name", "license", "url", "license_text", "symbols", "paths"}),

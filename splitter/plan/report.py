@@ -113,6 +113,12 @@ def plan_json(plan: Plan) -> dict[str, Any]:
                 "conda_requires": list(pkg.conda_requires),
                 "license": pkg.license,
                 "third_party": list(pkg.third_party),
+                # exported functions no shipped header names (splitter.plan.declared)
+                **(
+                    {"undeclared": {path: list(names) for path, names in pkg.undeclared}}
+                    if pkg.undeclared
+                    else {}
+                ),
             }
             for pkg in plan.packages
         ],

@@ -1,21 +1,18 @@
-"""The `headers` row of `splitter verify`: what the installed headers give a C++ developer.
+"""The `headers` row of `splitter verify`: which installed headers a C++ developer can include.
 
 Every header under the include directory of the installed `executorch.pc` is compiled alone
 (`#include <h>`, C++17, -fsyntax-only) with exactly the Cflags `pkg-config --cflags executorch`
-gives, by this machine's C++ compiler (the headers are the same text on every platform). A
-header may fail for upstream's own reasons, which the row names and accepts: an `#error` that
-refuses inclusion on its own, or a system header this platform does not have (mman_windows.h's
-<_mingw.h>). Any other failure fails the row, above all an include of a file in a directory the
-packages ship headers in that no installed package has: a header the split lost.
-
-The row also says what is linkable but not callable: the exported C++ functions of each
-installed ELF library (binutils' `nm -D -C --defined-only`) whose name occurs in no installed
-header (e.g. libexecutorch_threadpool.so's `get_threadpool`: upstream ships only
-threadpool_guard.h). A name that occurs may still be undeclared in that scope: the list is a
-lower bound, stated as such.
+gives, by this machine's C++ compiler (the headers are the same text on every platform). The
+recipe the output was built with lists the headers that do not compile alone by upstream's
+design ([[headers_not_alone]], each with its reason: mman_windows.h's <_mingw.h>, c10's
+#error-guarded complex headers); the row accepts exactly those failures. Any other header that
+fails fails the row, with the compiler's first error (above all an include of a file in a
+directory the packages ship headers in that no installed package has: a header the split lost),
+and so does a listed header that compiles (the list is stale).
 
 The compilations are kept by content in $SPLITTER_CACHE/compiled-headers (compile_alone), so
-the outputs of one release, which share their headers, are compiled once.
+the outputs of one release, which share their headers, are compiled once. What is linkable but
+declared in no shipped header is the plan's (splitter.plan.headers), not this row's.
 """
 
 from __future__ import annotations
@@ -32,31 +29,28 @@ import subprocess
 from pathlib import Path
 
 from splitter.input.fetch import cache_root
+from splitter.model import HeaderNotAlone, Recipe
 from splitter.verify.install import Installed
 from splitter.verify.rows import Check, Row, Status, skipped
 
-EXPECTED_HEADERS = "each compiles alone, or fails as upstream's does"
-_ERROR_DIRECTIVE = re.compile(r"^(?P<file>[^:\n]+):\d+:\d+: error: #error", re.M)
+EXPECTED_HEADERS = "each compiles alone, or fails as the recipe lists"
 _MISSING = re.compile(r"fatal error: (?P<name>[^:\s]+): No such file or directory")
 _FIRST_ERROR = re.compile(r"^[^\n]*\berror\b[^\n]*$", re.M)
-_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
-# The API namespace; torch::executor:: holds the kernels, reached through the registry.
-NAMESPACE = "executorch::"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Compiled:
-    """One header compiled alone: ok, or why not and whether the reason is upstream's."""
+    """One header compiled alone: ok, or the compiler's reason why not."""
 
     header: str  # relative to the include directory
     ok: bool
     reason: str = ""
-    upstream: bool = False
 
 
-def header_checks(full: Installed) -> list[Check]:
+def header_checks(full: Installed, recipe: Recipe) -> list[Check]:
     """The `headers` row of an installed output that has the runtime's executorch.pc (none
-    for an output without it: a Python-only selection has no headers to check)."""
+    for an output without it: a Python-only selection has no headers to check), judged by
+    `recipe`'s [[headers_not_alone]] (the recipe the output was built with)."""
     pc_dir = full.libdir / "pkgconfig"
     if not (pc_dir / "executorch.pc").is_file():
         return []
@@ -83,8 +77,7 @@ def header_checks(full: Installed) -> list[Check]:
         sorted(str(p.relative_to(includedir)) for p in includedir.rglob("*") if _is_header(p))
     )
     results = compile_alone(compiler, cflags, includedir, headers)
-    exports = [] if full.platform.startswith("osx") else undeclared_exports(full.libdir, includedir)
-    return [_row(results, exports)]
+    return [_row(results, {e.header: e for e in recipe.headers_not_alone})]
 
 
 def _is_header(path: Path) -> bool:
@@ -134,18 +127,14 @@ def _compile(
     )
     if result.returncode == 0:
         return Compiled(header, True)
-    errors = result.stderr
-    directive = _ERROR_DIRECTIVE.search(errors)
-    if directive is not None and directive["file"].endswith("/" + header):
-        return Compiled(header, False, "#error: not to be included alone", upstream=True)
-    missing = _MISSING.search(errors)
+    missing = _MISSING.search(result.stderr)
     if missing is not None:
         name = missing["name"]
-        if name.split("/", 1)[0] in shipped:
-            return Compiled(header, False, f"includes <{name}>, which no installed package has")
-        return Compiled(header, False, f"includes <{name}>, not on this platform", upstream=True)
-    first = _FIRST_ERROR.search(errors)
-    return Compiled(header, False, first[0].strip() if first else errors.strip()[-200:])
+        lost = name.split("/", 1)[0] in shipped
+        where = "which no installed package has" if lost else "not found"
+        return Compiled(header, False, f"includes <{name}>, {where}")
+    first = _FIRST_ERROR.search(result.stderr)
+    return Compiled(header, False, first[0].strip() if first else result.stderr.strip()[-200:])
 
 
 def _shipped_directories(includedir: Path, cflags: tuple[str, ...]) -> frozenset[str]:
@@ -166,77 +155,27 @@ def _shipped_directories(includedir: Path, cflags: tuple[str, ...]) -> frozenset
     return frozenset(names)
 
 
-def undeclared_exports(libdir: Path, includedir: Path) -> list[tuple[str, list[str]]]:
-    """Per installed ELF library (by file name), its exported C++ functions in ExecuTorch's
-    API namespace whose name occurs in no installed header; binutils' nm reads them."""
-    nm = shutil.which("nm")
-    if nm is None:
-        return []
-    named: set[str] = set()
-    for header in includedir.rglob("*"):
-        if _is_header(header):
-            named.update(_IDENTIFIER.findall(header.read_text(encoding="utf-8", errors="replace")))
-    found = []
-    for library in sorted(libdir.glob("lib*.so*")):
-        if library.is_symlink() or not library.is_file():
-            continue
-        listing = subprocess.run(
-            [nm, "-D", "-C", "--defined-only", str(library)],
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout
-        missing = sorted(
-            {
-                name
-                for line in listing.splitlines()
-                if (name := _function(line)) is not None and _unqualified(name) not in named
-            }
-        )
-        if missing:
-            found.append((library.name, missing))
-    return found
-
-
-def _function(line: str) -> str | None:
-    """The qualified name (no parameters, template arguments, ABI tags or the return type nm
-    prints for a template instance) of an exported function on a line of `nm -C`, when it is
-    in ExecuTorch's API namespace."""
-    parts = line.split(" ", 2)
-    if len(parts) != 3 or parts[1] not in ("T", "W"):
-        return None
-    name = re.sub(r"\[abi:\w+\]", "", parts[2])
-    while True:  # drop template arguments, innermost first
-        stripped = re.sub(r"<[^<>]*>", "", name)
-        if stripped == name:
-            break
-        name = stripped
-    name = name.split("(", 1)[0].rsplit(" ", 1)[-1]
-    return name if name.startswith(NAMESPACE) else None
-
-
-def _unqualified(name: str) -> str:
-    last = name.rsplit("::", 1)[-1].lstrip("~")
-    return "operator" if last.startswith("operator") else last
-
-
-def _row(results: tuple[Compiled, ...], exports: list[tuple[str, list[str]]]) -> Check:
-    failed = [r for r in results if not r.ok]
-    ours = [r for r in failed if not r.upstream]
-    notes = [f"{r.header}: {r.reason}" for r in ours + [r for r in failed if r.upstream]]
-    if exports:
-        named = "; ".join(
-            f"{library}: {len(names)} ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
-            for library, names in exports
-        )
-        notes.append(f"exported functions named in no installed header: {named}")
+def _row(results: tuple[Compiled, ...], listed: dict[str, HeaderNotAlone]) -> Check:
+    """The row: pass when exactly the listed headers fail alone."""
+    accepted = [r for r in results if not r.ok and r.header in listed]
+    failed = [r for r in results if not r.ok and r.header not in listed]
+    stale = [r for r in results if r.ok and r.header in listed]
+    notes = [f"{r.header}: {r.reason}" for r in failed]
+    notes += [
+        f"{r.header}: compiles alone, but the recipe lists it as not "
+        f"(headers_not_alone, line {listed[r.header].line}): remove the entry"
+        for r in stale
+    ]
+    notes += [f"{r.header}: {listed[r.header].reason} (as the recipe lists)" for r in accepted]
+    outcome = f"{len(results) - len(accepted) - len(failed)} compile alone"
+    outcome += f", {len(accepted)} fail as the recipe lists" if accepted else ""
+    outcome += f", {len(failed)} fail" if failed else ""
+    outcome += f", {len(stale)} listed compile" if stale else ""
     return Check(
         check=Row.HEADERS,
         subject=f"{len(results)} headers",
         expected=EXPECTED_HEADERS,
-        outcome=f"{len(results) - len(failed)} compile alone"
-        + (f", {len(failed) - len(ours)} fail as upstream's" if len(failed) > len(ours) else "")
-        + (f", {len(ours)} fail" if ours else ""),
-        status=Status.FAIL if ours else Status.PASS,
+        outcome=outcome,
+        status=Status.FAIL if failed or stale else Status.PASS,
         detail="; ".join(notes),
     )

@@ -140,7 +140,7 @@ def _verify(
         full = install(out, scratch / "full", paths=paths)
         # static: the SBOMs and headers are checked wherever the output runs or not
         checks += sbom_checks(full) if Only.SBOM in only else []
-        checks += header_checks(full) if Only.HEADERS in only else []
+        checks += header_checks(full, options.recipe) if Only.HEADERS in only else []
         if is_macos_output(full):
             return checks + _macos(full, options)
         theirs, here = full.platform, machine_subdir()

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from splitter.model import PackagePlan, Plan
+from splitter.plan import declared
 from splitter.plan.report import record_name
 from splitter.targets.distro.common import (
     DEVELOPMENT,
@@ -201,13 +202,18 @@ def lintian_overrides(name: str, overrides: Sequence[tuple[str, str]]) -> str:
 def package_docs(plan: Plan, package: DistroPackage, arch: str) -> list[tuple[str, bytes]]:
     """The files under /usr/share a .deb carries that both its builds install as they are, by
     path from the root: the exclusivity record (library and Python packages; named for the
-    `arch`, e.g. amd64) and the lintian overrides. copyright and changelog.Debian.gz are not
+    `arch`, e.g. amd64), a development package's list of the functions its libraries export
+    that no header declares (splitter.plan.declared, named for the `arch` too) and the
+    lintian overrides. copyright and changelog.Debian.gz are not
     here: a source package's build makes them from debian/ (dh_installdocs,
     dh_installchangelogs)."""
     docs = []
     if package.role != DEVELOPMENT:
         record = record_json(plan, package.package, package.name, package.development)
         docs.append((f"usr/share/doc/{package.name}/{record_name(arch)}", record.encode()))
+    elif package.package.undeclared:  # what its libraries export that no header declares
+        text = declared.doc_text(plan, package.package)
+        docs.append((f"usr/share/doc/{package.name}/{declared.doc_name(arch)}", text.encode()))
     overrides = lintian_overrides(package.name, lintian_tags(package))
     docs.append((f"usr/share/lintian/overrides/{package.name}", overrides.encode()))
     return docs

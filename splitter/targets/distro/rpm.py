@@ -28,6 +28,7 @@ from pathlib import Path
 from splitter.binaries.relocate import patchelf
 from splitter.manifest import Artifact
 from splitter.model import Limits, Plan, Target
+from splitter.plan import declared
 from splitter.plan.facts import arch_of
 from splitter.plan.layout import rpm_layout
 from splitter.plan.licences import licence_texts
@@ -211,7 +212,8 @@ def _arch_sources(
             sbom=sbom_naming(plan, distro, "rpm"),
         )
         packages = distro_packages(plan, staged, distro)
-        # the licence texts and the exclusivity record of each package (under the prefix,
+        # the licence texts, the exclusivity record of each package (a development package:
+        # its list of undeclared functions) (under the prefix,
         # /usr), which %files takes from the build root: generated files beside the install
         # plan's. Every binary package carries the texts of its split package's code (a
         # development package its library's: its headers hold that code too).
@@ -231,6 +233,10 @@ def _arch_sources(
                         package=name, path=f"share/doc/{cut.name}/{RECORD}", data=record.encode()
                     )
                 )
+            elif cut.package.undeclared:  # what its libraries export that no header declares
+                text = declared.doc_text(plan, cut.package).encode()
+                doc = f"share/doc/{cut.name}/{declared.doc_name()}"
+                added.append(InstallFile(package=name, path=doc, data=text))
         replay = render_replay([*staged.install.files, *added], layout.prefix.strip("/"))
         project = spec_name(plan)
         names = (

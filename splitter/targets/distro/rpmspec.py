@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from splitter.model import Distro, Plan
+from splitter.plan import declared
 from splitter.plan.layout import Layout
 from splitter.plan.licences import expression
 from splitter.plan.report import RECORD
@@ -344,6 +345,18 @@ def _files_section(arches: list[SpecArch], package: DistroPackage, spec: str) ->
         by_arch.setdefault(tuple(sorted(machines_of)), []).append(line)
     if package.role != DEVELOPMENT:
         lines.append(f"%doc %{{_docdir}}/{package.name}/{RECORD}")
+    else:  # its list of undeclared functions, on the architectures whose libraries have some
+        having = tuple(
+            sorted(
+                item.arch.machine
+                for item in arches
+                for p, _ in item.packages
+                if p.name == package.name and p.package.undeclared
+            )
+        )
+        if having:
+            line = f"%doc %{{_docdir}}/{package.name}/{declared.doc_name()}"
+            by_arch.setdefault(having, []).append(line)
     own_dirs = {d for m in mine.values() for d in m}
     dirs = sorted(d for d in own_dirs if not any(d == c or d.startswith(c + "/") for c in covered))
     for directory in dirs:
