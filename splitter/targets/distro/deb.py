@@ -4,7 +4,8 @@ Layout: prefix /usr, Debian's multiarch libdir lib/<triplet>, Python modules in
 /usr/lib/python3/dist-packages, no RUNPATH where the libdir is the system's. Depends: the
 siblings at the exact version (from the plan), the externals as the recipe maps them for
 Debian, and the system libraries as dpkg-shlibdeps computes them (on this machine's
-architecture; for another, the recipe's [deb.system] map). Reproducible: every time is the
+architecture, and on another whose system libraries dpkg's database holds (multiarch); else
+the recipe's [deb.system] map). Reproducible: every time is the
 wheel's, owners are root, compression is gzip (zlib's output depends on nothing else).
 """
 
@@ -114,8 +115,8 @@ def write_debs(
     arch = arch_of(plan)
     distro = distro_of(plan, "deb")
     dpkg_deb = need_tool("dpkg-deb", "dpkg")
-    native = _host_arch() == arch.deb
-    shlibdeps = need_tool("dpkg-shlibdeps", "dpkg-dev") if native else ""
+    known = _host_arch() == arch.deb or _dpkg_knows(plan, arch.triplet)
+    shlibdeps = need_tool("dpkg-shlibdeps", "dpkg-dev") if known else ""
     version = f"{plan.wheel.version}-{distro.revision}"
     layout = deb_layout(plan.wheel, arch.triplet)
     externals = {p.name: external_requirements(plan, p, "deb") for p in plan.packages}
@@ -156,7 +157,7 @@ def write_debs(
             root = roots[package.name]
             if package.role == DEVELOPMENT:
                 system = []
-            elif native:
+            elif known:
                 system = _shlibdeps(shlibdeps, plan, package, packages, roots)
             else:
                 system = _mapped_system(plan, package.package, distro)
@@ -232,14 +233,16 @@ def _write_docs(
     copyright_text: str,
     changelog: str,
 ) -> None:
-    """copyright, changelog.Debian.gz, and debmeta.package_docs: the exclusivity record and
-    the lintian overrides."""
+    """copyright, changelog.Debian.gz, and debmeta.package_docs: the exclusivity record, a
+    development package's undeclared functions (gzip'd as dh_compress would) and the lintian
+    overrides."""
     root = roots[package.name]
     doc = root / "usr" / "share" / "doc" / package.name
     doc.mkdir(parents=True, exist_ok=True)
     (doc / "copyright").write_text(copyright_text)
     (doc / "changelog.Debian.gz").write_bytes(debmeta.changelog_gz(changelog))
-    for path, data in debmeta.package_docs(plan, package, arch.deb):
+    for plain, text in debmeta.package_docs(plan, package, arch.deb):
+        path, data = debmeta.compressed(plain, text)  # as dh_compress does in a rebuild
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_bytes(data)
 
@@ -253,6 +256,22 @@ def _write_library_control(package: DistroPackage, version: str, roots: dict[str
             debmeta.symbols(package.package.sonames, package.name, f"{package.name} (= {version})")
         )
         (debian / "triggers").write_text(debmeta.LDCONFIG_TRIGGER)
+
+
+def _dpkg_knows(plan: Plan, triplet: str) -> bool:
+    """Whether dpkg's database holds every system library the plan's packages need, for the
+    architecture of `triplet` (multiarch: `dpkg --add-architecture arm64` and libc6:arm64,
+    libstdc++6:arm64... installed, as a Debian cross build has them): then dpkg-shlibdeps
+    states the Depends, as for this machine's own architecture and as a rebuild of the
+    source package does; else the recipe's [deb.system] map does."""
+    sonames = sorted({s for p in plan.packages for s in p.system_sonames})
+    if not sonames or shutil.which("dpkg-query") is None:
+        return False
+    patterns = [f"*/{triplet}/{s}" for s in sonames]
+    found = subprocess.run(
+        ["dpkg-query", "-S", *patterns], capture_output=True, text=True, check=False
+    ).stdout
+    return all(f"/{triplet}/{s}\n" in found for s in sonames)
 
 
 def _shlibdeps(

@@ -194,6 +194,15 @@ def changelog_gz(text: str) -> bytes:
 LDCONFIG_TRIGGER = "activate-noawait ldconfig\n"  # DEBIAN/triggers of a package with libraries
 
 
+def compressed(path: str, data: bytes) -> tuple[str, bytes]:
+    """A doc file as dh_compress leaves it in a .deb (policy 12.3): gzip'd (`gzip -9n`:
+    zlib's level 9, no name, no time, the same bytes) when it is under usr/share/doc, over
+    4 kB and not a .json (debian/rules keeps those: -X.json); as it is otherwise."""
+    if path.startswith("usr/share/doc/") and len(data) > 4096 and not path.endswith(".json"):
+        return f"{path}.gz", gzip.compress(data, compresslevel=9, mtime=0)
+    return path, data
+
+
 def lintian_overrides(name: str, overrides: Sequence[tuple[str, str]]) -> str:
     """usr/share/lintian/overrides/<name>: each tag after a comment giving the reason."""
     return "".join(f"# {reason}\n{name}: {tag}\n" for tag, reason in overrides)
