@@ -20,6 +20,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+from splitter.binaries.machocheck import check_structure
 from splitter.errors import BinaryError
 
 MAGIC_64, MAGIC_32 = b"\xcf\xfa\xed\xfe", b"\xce\xfa\xed\xfe"
@@ -151,6 +152,7 @@ def read_macho(path: str, data: bytes) -> MachO:
             )
         _command(macho, path, data, command, offset, length)
         offset += length
+    check_structure(path, data)  # what LLVM's tools, which the build runs, would refuse
     return macho
 
 
