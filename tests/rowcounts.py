@@ -4,11 +4,15 @@ README's stated figure, never from verify's own lists."""
 
 from __future__ import annotations
 
+import io
 import re
+import subprocess
+import tarfile
 import zipfile
 from collections import Counter
 from pathlib import Path
 
+import zstandard
 from conda_tools import torch_python
 from consumer_tools import cmake_executable
 
@@ -71,3 +75,36 @@ def readme_passed(target: str) -> int:
     found = re.search(rf"splitter verify dist/{target} .*# (\d+) passed", README.read_text())
     assert found is not None, f"the README states no count for verify dist/{target}"
     return int(found[1])
+
+
+def listing(out: Path, target: str) -> list[str]:
+    """Every path the binary packages of a conda, deb or rpm output hold, as the format's own
+    reader lists them (the .conda's zip and tar members, dpkg-deb -c, rpm -qlp)."""
+    if target == "conda":
+        names: list[str] = []
+        for package in sorted(out.rglob("*.conda")):
+            with zipfile.ZipFile(package) as archive:
+                for member in archive.namelist():
+                    if member.endswith(".tar.zst"):
+                        raw = zstandard.ZstdDecompressor().stream_reader(
+                            io.BytesIO(archive.read(member))
+                        )
+                        with tarfile.open(fileobj=io.BytesIO(raw.read())) as tar:
+                            names += tar.getnames()
+        return names
+    command, pattern = {"deb": (["dpkg-deb", "-c"], "*.deb"), "rpm": (["rpm", "-qlp"], "*.rpm")}[
+        target
+    ]
+    return [
+        line
+        for package in sorted(out.glob(pattern))
+        if not package.name.endswith(".src.rpm")
+        for line in subprocess.run(
+            [*command, str(package)], capture_output=True, text=True, check=True
+        ).stdout.splitlines()
+    ]
+
+
+def sboms(out: Path, target: str) -> int:
+    """How many CycloneDX SBOMs the output's packages hold (listing)."""
+    return sum(1 for line in listing(out, target) if line.endswith(".cdx.json"))

@@ -28,7 +28,7 @@ from consumer_tools import (
     meson_runs_the_model,
     run_model,
 )
-from rowcounts import full_verify_matches
+from rowcounts import full_verify_matches, listing
 
 from splitter.binaries.resolve import find_unresolved
 from splitter.errors import MissingToolError
@@ -270,16 +270,7 @@ def test_verify_with_torch_passes_every_row_the_readme_counts(
     """With torch and CMake 3.28 every row passes, as many per check as the wheel makes and
     the packages' SBOMs (listed from each .conda's own archives) count, summing to the
     README's figure for `splitter verify dist/conda`."""
-    listed = []
-    for package in sorted(channel.rglob("*.conda")):
-        with zipfile.ZipFile(package) as archive:
-            for member in archive.namelist():
-                if member.endswith(".tar.zst"):
-                    raw = zstandard.ZstdDecompressor().stream_reader(
-                        io.BytesIO(archive.read(member))
-                    )
-                    with tarfile.open(fileobj=io.BytesIO(raw.read())) as tar:
-                        listed += tar.getnames()
+    listed = listing(channel, "conda")
     full_verify_matches(channel, real_wheel, listed, "conda", depends=False)
 
 

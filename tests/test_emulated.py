@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from consumer_tools import cmake_executable
-from rowcounts import README, coload_files
+from rowcounts import README, coload_files, sboms
 
 from splitter.verify.checks import consumer_checks
 from splitter.verify.emulate import Emulator, emulator_for
@@ -94,6 +94,24 @@ def test_aarch64_output_runs_under_qemu(
     assert skips and all("aarch64" in reason for reason in skips), skips
     if target in ("deb", "rpm"):
         assert rows["depends"][0].status is Status.PASS
+    # exact: every C++ library pair, the model, the missing component, relocation, the headers,
+    # each SBOM the packages hold (the format's own listing) and a distro output's depends
+    # pass; every pair with a Python file and the Python model are skipped (no aarch64 torch)
+    files = coload_files(real_wheel_aarch64)
+    passed = libraries * (libraries - 1) + 4 + sboms(outputs[target], target)
+    passed += 1 if target in ("deb", "rpm") else 0
+    skipped = files * (files - 1) - libraries * (libraries - 1) + 1
+    counted = (
+        sum(c.status is Status.PASS for c in checks),
+        sum(c.status is Status.SKIP for c in checks),
+    )
+    assert counted == (passed, skipped)
+    stated = re.search(
+        rf"aarch64\s+`{target}`\s+output,\s+with\s+CMake\s+3\.28:\s+"
+        r"`(\d+) passed, (\d+) skipped, 0 failed`",
+        README.read_text(),
+    )
+    assert stated is not None and (int(stated[1]), int(stated[2])) == counted, target
 
 
 def test_cli_exit_code_and_counts(

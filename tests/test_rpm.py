@@ -27,7 +27,7 @@ from consumer_tools import (
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 from license_expression import get_spdx_licensing  # type: ignore[import-untyped]
-from rowcounts import full_verify_matches
+from rowcounts import full_verify_matches, listing
 
 from splitter.errors import MissingToolError, RecipeError
 from splitter.model import Plan
@@ -308,13 +308,7 @@ def test_verify_installs_the_rpms_and_runs_the_checks(rpms: Path) -> None:
 def test_verify_with_torch_passes_every_row_the_readme_counts(rpms: Path, real_wheel: Path) -> None:
     """With torch and CMake 3.28 every row passes, as many per check as the wheel and the
     packages' SBOMs make, summing to the README's figure for `splitter verify dist/rpm`."""
-    listed = [
-        line
-        for rpm in sorted(rpms.glob("*.rpm"))
-        if not rpm.name.endswith(".src.rpm")
-        for line in query("-qlp", str(rpm))
-    ]
-    full_verify_matches(rpms, real_wheel, listed, "rpm")
+    full_verify_matches(rpms, real_wheel, listing(rpms, "rpm"), "rpm")
 
 
 def test_verify_fails_an_unmet_dependency_inside_the_split(rpms: Path, tmp_path: Path) -> None:
