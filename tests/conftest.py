@@ -128,8 +128,8 @@ CI_ALLOWED_SKIPS = {
     ),
     # dpkg-buildpackage -aarm64 needs arm64's libc6, libstdc++6 and libatomic1 in dpkg's
     # database (multiarch); with them on disk, qemu-user's aarch64 guests load them beside the
-    # cross loader and the emulated model never finishes (seen: 300 s time-outs, 3.8 s
-    # without), so CI keeps the emulation and this rebuild is run by hand (README).
+    # cross loader and the emulated model never finishes, so CI keeps the emulation and this
+    # rebuild is run by hand (README).
     "tests/test_deb.py::test_source_package_rebuilds_the_arm64_packages": (
         "multiarch arm64 libraries would break the qemu emulation the other tests use"
     ),

@@ -117,6 +117,12 @@ class _Scan:
         self.at += length
         return name
 
+    def past(self, end: str) -> None:
+        """Skip to just after the next `end` (a number's or a literal's closing character)."""
+        while self.peek() != end:
+            self.at += 1
+        self.at += 1
+
     def skip_to_end(self) -> None:
         """Skip what follows up to and including the `E` closing the production just
         opened."""
@@ -140,17 +146,13 @@ class _Scan:
                 self.skip_to_end()
                 return
             self.skip_one()  # the literal's type
-            while self.peek() != "E":  # its value: digits, n, hex letters
-                self.at += 1
-            self.at += 1
+            self.past("E")  # its value: digits, n, hex letters
         elif char in "ST":  # a substitution or template parameter: S_, S12_, T_, T0_, St, Sa...
             self.at += 1
             if char == "S" and self.peek().islower():
                 self.at += 1
                 return
-            while self.peek() != "_":
-                self.at += 1
-            self.at += 1
+            self.past("_")
         elif char == "C" and (following.isdigit() or following == "I"):  # a constructor
             self.at += 3 if following == "I" else 2
         elif char == "D" and following in "Tt":  # decltype(expression)
@@ -158,31 +160,21 @@ class _Scan:
             self.skip_to_end()
         elif char == "D" and following in "vF":  # vector / _FloatN: Dv <n> _, DF <n> _
             self.at += 2
-            while self.peek() != "_":
-                self.at += 1
-            self.at += 1
+            self.past("_")
         elif char == "D":  # other two-letter types and Dp (a pack expansion's prefix)
             self.at += 2
         elif char == "U" and following == "l":  # a lambda: Ul <types> E [<n>] _
             self.at += 2
             self.skip_to_end()
-            while self.peek() != "_":
-                self.at += 1
-            self.at += 1
+            self.past("_")
         elif char == "U" and following == "t":  # an unnamed type: Ut [<n>] _
             self.at += 2
-            while self.peek() != "_":
-                self.at += 1
-            self.at += 1
+            self.past("_")
         elif char == "A":  # an array: A [<dimension>] _ <type>
             self.at += 1
-            while self.peek() != "_":
-                self.at += 1
-            self.at += 1
+            self.past("_")
         elif char == "f" and following == "p":  # a function parameter: fp [<n>] _
             self.at += 2
-            while self.peek() != "_":
-                self.at += 1
-            self.at += 1
+            self.past("_")
         else:  # a builtin type, a qualifier (P R O K V C G), an operator letter, M, B's tag
             self.at += 1

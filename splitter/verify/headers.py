@@ -30,6 +30,7 @@ from pathlib import Path
 
 from splitter.input.fetch import cache_root
 from splitter.model import HeaderNotAlone, Recipe
+from splitter.plan.declared import HEADER_SUFFIXES
 from splitter.verify.install import Installed
 from splitter.verify.rows import Check, Row, Status, skipped
 
@@ -81,7 +82,7 @@ def header_checks(full: Installed, recipe: Recipe) -> list[Check]:
 
 
 def _is_header(path: Path) -> bool:
-    return path.suffix in (".h", ".hpp") and path.is_file()
+    return path.name.endswith(HEADER_SUFFIXES) and path.is_file()
 
 
 def compile_alone(

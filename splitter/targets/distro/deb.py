@@ -5,8 +5,8 @@ Layout: prefix /usr, Debian's multiarch libdir lib/<triplet>, Python modules in
 siblings at the exact version (from the plan), the externals as the recipe maps them for
 Debian, and the system libraries as dpkg-shlibdeps computes them (on this machine's
 architecture, and on another whose system libraries dpkg's database holds (multiarch); else
-the recipe's [deb.system] map). Reproducible: every time is the
-wheel's, owners are root, compression is gzip (zlib's output depends on nothing else).
+the recipe's [deb.system] map). Reproducible: every time is the wheel's, owners are root,
+compression is gzip (zlib's output depends on nothing else).
 """
 
 from __future__ import annotations

@@ -188,18 +188,23 @@ def changelog_text(source: str, version: str, maintainer: str, epoch: int, origi
 
 def changelog_gz(text: str) -> bytes:
     """changelog.Debian.gz, gzip'd without name or time (`gzip -n -9`)."""
-    return gzip.compress(text.encode(), compresslevel=9, mtime=0)
+    return _gzip_n(text.encode())
+
+
+def _gzip_n(data: bytes) -> bytes:
+    """`gzip -9n`'s bytes: zlib's level 9, no name, no time."""
+    return gzip.compress(data, compresslevel=9, mtime=0)
 
 
 LDCONFIG_TRIGGER = "activate-noawait ldconfig\n"  # DEBIAN/triggers of a package with libraries
 
 
 def compressed(path: str, data: bytes) -> tuple[str, bytes]:
-    """A doc file as dh_compress leaves it in a .deb (policy 12.3): gzip'd (`gzip -9n`:
-    zlib's level 9, no name, no time, the same bytes) when it is under usr/share/doc, over
-    4 kB and not a .json (debian/rules keeps those: -X.json); as it is otherwise."""
+    """A doc file as dh_compress leaves it in a .deb (policy 12.3): gzip'd (`gzip -9n`) when
+    it is under usr/share/doc, over 4 kB and not a .json (debian/rules keeps those: -X.json);
+    as it is otherwise."""
     if path.startswith("usr/share/doc/") and len(data) > 4096 and not path.endswith(".json"):
-        return f"{path}.gz", gzip.compress(data, compresslevel=9, mtime=0)
+        return f"{path}.gz", _gzip_n(data)
     return path, data
 
 
@@ -209,8 +214,9 @@ def lintian_overrides(name: str, overrides: Sequence[tuple[str, str]]) -> str:
 
 
 def package_docs(plan: Plan, package: DistroPackage, arch: str) -> list[tuple[str, bytes]]:
-    """The files under /usr/share a .deb carries that both its builds install as they are, by
-    path from the root: the exclusivity record (library and Python packages; named for the
+    """The files under /usr/share a .deb carries that both its builds install (the .deb's
+    writer and the rebuild's dh_compress gzip the large ones alike: compressed), by path from
+    the root: the exclusivity record (library and Python packages; named for the
     `arch`, e.g. amd64), a development package's list of the functions its libraries export
     that no header declares (splitter.plan.declared, named for the `arch` too) and the
     lintian overrides. copyright and changelog.Debian.gz are not

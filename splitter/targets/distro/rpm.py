@@ -212,9 +212,9 @@ def _arch_sources(
             sbom=sbom_naming(plan, distro, "rpm"),
         )
         packages = distro_packages(plan, staged, distro)
-        # the licence texts, the exclusivity record of each package (a development package:
-        # its list of undeclared functions) (under the prefix,
-        # /usr), which %files takes from the build root: generated files beside the install
+        # the licence texts and the exclusivity record of each package, or a development
+        # package's list of undeclared functions (under the prefix, /usr), which %files
+        # takes from the build root: generated files beside the install
         # plan's. Every binary package carries the texts of its split package's code (a
         # development package its library's: its headers hold that code too).
         texts = {p.name: licence_texts(plan, p.name) for p in plan.packages}
