@@ -563,3 +563,58 @@ def test_a_new_third_party_component(tmp_path: Path) -> None:
     shown = diff_json(found)["packages"]["executorch-runtime"]  # type: ignore[index]
     assert shown["third_party"] == {"from": [], "to": ["nlohmann_json"]}
     assert "third-party component nlohmann_json: added (review its licence)" in shown["metadata"]
+
+
+def _differing_bytes(old: Path, new: Path) -> list[int]:
+    """Offsets (0-based) of the bytes that differ, as binutils' cmp -l lists them."""
+    listing = subprocess.run(
+        ["cmp", "-l", str(old), str(new)], capture_output=True, text=True, check=False
+    ).stdout
+    return [int(line.split()[0]) - 1 for line in listing.splitlines()]
+
+
+def _section(path: Path, name: str) -> range:
+    """The file offsets a section occupies, as binutils' readelf -S -W gives them."""
+    listing = subprocess.run(
+        ["readelf", "-S", "-W", str(path)], capture_output=True, text=True, check=True
+    ).stdout
+    for line in listing.splitlines():
+        fields = line.replace("[ ", "[").split()
+        if len(fields) > 5 and fields[1] == name:
+            offset, size = int(fields[4], 16), int(fields[5], 16)
+            return range(offset, offset + size)
+    raise AssertionError(f"{path} has no {name}")
+
+
+def test_a_library_differing_only_in_its_build_id_is_not_changed(tmp_path: Path) -> None:
+    """One source linked twice with two GNU build-ids: cmp -l finds bytes that differ, all of
+    them inside .note.gnu.build-id (readelf -S), so diff lists nothing changed and the
+    verdict is unchanged; the same source with one more export is changed, compatible."""
+    source = "int kept(void) { return 1; }"
+    (tmp_path / "kept.c").write_text(source + "\n")
+    files = [tmp_path / "first.so", tmp_path / "second.so"]
+    for path, stamp in zip(files, ("aa", "bb"), strict=True):
+        command = ["gcc", "-shared", "-fPIC", "-Wl,-soname,libexecutorch.so", "kept.c"]
+        subprocess.run(
+            [*command, f"-Wl,--build-id=0x{stamp * 20}", "-o", str(path)], cwd=tmp_path, check=True
+        )
+    stamped = [path.read_bytes() for path in files]
+    differing = _differing_bytes(*files)
+    note = _section(files[0], ".note.gnu.build-id")
+    assert differing and all(offset in note for offset in differing), (differing, note)
+    assert note == _section(files[1], ".note.gnu.build-id")
+    recipe_path = tmp_path / "recipe.toml"
+    recipe_path.write_text(RECIPE)
+    recipe = load_recipe(recipe_path)
+    old = small(tmp_path / "old", "1.5.0", stamped[0], "executorch/exir/a.py")
+    new = small(tmp_path / "new", "1.5.1", stamped[1], "executorch/exir/a.py")
+    found = diff_plans(make_plan(old, recipe), make_plan(new, recipe))
+    runtime = next(p for p in found.packages if p.name == "executorch-runtime")
+    assert runtime.changed == () and runtime.binaries == (), runtime
+    assert runtime.verdict is Verdict.UNCHANGED
+    more = plain_library(tmp_path, source + " int more(void) { return 2; }", "libexecutorch.so")
+    newer = small(tmp_path / "newer", "1.5.1", more, "executorch/exir/a.py")
+    found = diff_plans(make_plan(old, recipe), make_plan(newer, recipe))
+    runtime = next(p for p in found.packages if p.name == "executorch-runtime")
+    assert runtime.changed == ("executorch/lib/libexecutorch.so",)
+    assert runtime.verdict is Verdict.COMPATIBLE
