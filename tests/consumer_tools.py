@@ -16,6 +16,7 @@ from pathlib import Path
 from splitter.binaries.elf import analyse_elf
 from splitter.model import PackagePlan
 from splitter.verify.consumer import (  # noqa: F401  (re-exported for the tests)
+    BUILD_TIMEOUT,
     CONSUMER,
     MODEL,
     RUN_PTE,
@@ -24,6 +25,7 @@ from splitter.verify.consumer import (  # noqa: F401  (re-exported for the tests
     cmake_version,
     expected_output,
     run_model,
+    run_step,
 )
 
 # What the tests install comes from the locks in ci/locks (exact versions with hashes, written by
@@ -119,7 +121,8 @@ def build_meson(
     """Configure and build the meson consumer (splitter/checks/consumer/meson.build, the CMake
     consumer's runner.cpp) with meson and ninja from ci/locks/meson.lock: through pkg-config
     from `pkg_config_path`, or through meson's CMake method with `cmake` and `cmake_prefix`.
-    The environment is otherwise empty of search paths, so nothing else is found."""
+    The environment is otherwise empty of search paths, so nothing else is found. Each step has
+    verify's time limit (BUILD_TIMEOUT): a hung meson or ninja fails its test, not the suite."""
     bin_dir = locked_venv("meson")
     method = "pkg-config" if cmake is None else "cmake"
     path = [str(bin_dir), "/usr/bin", "/bin"]
@@ -131,17 +134,11 @@ def build_meson(
         env["PKG_CONFIG_PATH"] = str(pkg_config_path)
     setup = [str(bin_dir / "meson"), "setup", str(build_dir), str(CONSUMER)]
     setup += [f"-Dquantized={'true' if quantized else 'false'}", f"-Dmethod={method}"]
-    configure = subprocess.run(setup, capture_output=True, text=True, check=False, env=env)
+    configure = run_step(setup, BUILD_TIMEOUT, env=env)
     output = configure.stdout + configure.stderr
     if configure.returncode != 0:
         return Configured(configure.returncode, output, build_dir)
-    build = subprocess.run(
-        [str(bin_dir / "ninja"), "-C", str(build_dir)],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=env,
-    )
+    build = run_step([str(bin_dir / "ninja"), "-C", str(build_dir)], BUILD_TIMEOUT, env=env)
     return Configured(build.returncode, output + build.stdout + build.stderr, build_dir)
 
 
