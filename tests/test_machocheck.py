@@ -14,16 +14,19 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from machotools import check_signature
 from test_fuzz import MACHO, byte_edits, macho_regions
 
 from splitter.binaries.macho import analyse_macho, is_macho
 from splitter.binaries.machocheck import check_structure
+from splitter.binaries.machoedit import with_rpaths
 from splitter.errors import BinaryError
 
 pytestmark = pytest.mark.integration
 
 DYLIB = "executorch/lib/libexecutorch_etdump.dylib"
 TIMEOUT = 20  # seconds, for each LLVM tool run
+RPATH = "@loader_path/../lib"
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +159,9 @@ def listed(out: str) -> list[str]:
 def test_accepted_mutants_read_alike_in_llvm(
     machos: dict[str, bytes], name: str, data: st.DataObject, tmp_path: Path
 ) -> None:
-    """A mutant splitter accepts, LLVM accepts: its install name, loads and rpaths alike."""
+    """A mutant splitter accepts, LLVM accepts: its install name, loads and rpaths alike; and
+    splitter's rpath editor rewrites it into a file LLVM reads with the new rpath, whose
+    signature is as sound as the mutant's was."""
     original = machos[name]
     mutant = data.draw(byte_edits(len(original), macho_regions(original))).apply(original)
     try:
@@ -172,3 +177,13 @@ def test_accepted_mutants_read_alike_in_llvm(
     code, out, err = llvm(tmp_path, mutant, "llvm-objdump-14", "--macho", "--rpaths")
     assert code == 0 and not err, err
     assert out.partition("\n")[2] == "".join(f"{path}\n" for path in info.runpath)
+    # splitter's own rpath editor on the mutant: a file it edits has exactly the rpath asked
+    # for in LLVM's reading, and no page the mutant signed right is signed wrong after it
+    # (tests/machotools.check_signature, the test's own reader of the signature)
+    edited = with_rpaths(name, mutant, (RPATH,))
+    if edited is None:
+        return
+    code, out, err = llvm(tmp_path, edited, "llvm-objdump-14", "--macho", "--rpaths")
+    assert code == 0 and not err, err
+    assert out.partition("\n")[2] == f"{RPATH}\n"
+    assert set(check_signature(edited)) <= set(check_signature(mutant))
