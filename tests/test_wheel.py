@@ -12,17 +12,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from conda_tools import torch_python
 from consumer_tools import (
     CMAKE_LABELS,
     MODEL,
     RUN_PTE,
     build_consumer,
-    cache_lock,
-    cache_root,
     cmake_executable,
     expected_output,
-    lock_file,
-    pip_install_locked,
     run_model,
 )
 
@@ -167,18 +164,15 @@ def test_cpp_consumer_against_site_packages(
     assert "install the executorch-kernels-quantized package" in " ".join(alone.output.split())
 
 
-def export_venv(wheels: dict[str, Path]) -> Path:
-    """A cached venv holding ci/locks/torch-venv.lock: torch 2.13.0 and every other requirement
-    of the export wheel (`pip check` below proves the lock covers them)."""
-    _, digest = lock_file("torch-venv")
-    root = cache_root() / f"export-venv-{digest}"
-    python = root / "bin" / "python"
-    marker = root / ".complete"
-    with cache_lock(root.name):
-        if not marker.exists():
-            venv(root)
-            pip_install_locked(python, "torch-venv")
-            marker.write_text("ok\n")
+def export_venv(directory: Path) -> Path:
+    """A fresh venv that sees the suite's one cached torch venv (conda_tools.torch_python:
+    ci/locks/torch-venv.lock, torch 2.13.0 and every other requirement of the export wheel)
+    through a .pth file: the wheels go into this venv alone, and `pip check` below proves the
+    lock covers their requirements."""
+    python = venv(directory)
+    pip(python, "uninstall", "-y", "setuptools")  # the venv module's would shadow the lock's
+    torch_site = torch_python().parent.parent / SITE
+    (python.parent.parent / SITE / "torch-venv.pth").write_text(f"{torch_site}\n")
     return python
 
 
@@ -191,12 +185,8 @@ def site_files(python: Path) -> dict[str, str]:
     }
 
 
-def test_python_side_pip_check_and_uninstall(wheels: dict[str, Path]) -> None:
-    python = export_venv(wheels)
-    for name in ("executorch-export", "executorch-kernels-quantized", "executorch-runtime"):
-        subprocess.run(
-            [str(python), "-m", "pip", "uninstall", "-y", name], capture_output=True, check=False
-        )
+def test_python_side_pip_check_and_uninstall(wheels: dict[str, Path], tmp_path: Path) -> None:
+    python = export_venv(tmp_path / "venv")
     pip(
         python,
         "install",
