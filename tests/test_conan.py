@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import tarfile
 from collections.abc import Iterator
@@ -292,6 +293,33 @@ def test_release_gives_one_binary_per_platform(
     for key in platforms:
         graph = consumer(conan, home, tmp_path / f"c-{key}", PACKAGES, profile=key)
         assert graph.is_file(), key
+    # Conan's own check of every restored file against its conanmanifest.txt, which
+    # reproducible() rewrote; and each platform's binaries are that platform's (binutils'
+    # readelf -h, LLVM's Mach-O header), whatever the archive's name says.
+    checked = subprocess.run(
+        [str(conan), "cache", "check-integrity", "*"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "CONAN_HOME": str(home), "NO_COLOR": "1"},
+    )
+    assert checked.returncode == 0, checked.stderr
+    verdicts = re.findall(r"^(\S+): Integrity check: (\w+)$", checked.stderr, re.M)
+    assert len(verdicts) == len(PACKAGES) * (1 + len(platforms)), checked.stderr  # recipes too
+    assert {verdict for _, verdict in verdicts} == {"ok"}, checked.stderr
+    machines = {"Linux-x86_64": "X86-64", "Linux-armv8": "AArch64", "Macos-armv8": "ARM64"}
+    for package in PACKAGES:
+        listed = json.loads(conan_in(conan, home, "list", f"{package}/1.5.1:*", "-f=json"))
+        revisions = listed["Local Cache"][f"{package}/1.5.1"]["revisions"]
+        found = {}
+        for package_id, entry in next(iter(revisions.values()))["packages"].items():
+            settings = entry["info"]["settings"]
+            key = f"{settings['os']}-{settings['arch']}"
+            folder = conan_in(conan, home, "cache", "path", f"{package}/1.5.1:{package_id}")
+            libraries = sorted((Path(folder.strip()) / "lib").glob("lib*.*"))
+            assert libraries, (package, key)
+            found[key] = {_machine(library) for library in libraries}
+        assert found == {key: {machines[key]} for key in platforms}, package
     windows = PROFILE.format(compiler="msvc", version="193").replace("os=Linux", "os=Windows")
     (home / "profiles" / "windows").write_text(windows.replace("compiler.libcxx=libstdc++11\n", ""))
     (tmp_path / "w").mkdir()
@@ -306,6 +334,23 @@ def test_release_gives_one_binary_per_platform(
     )
     assert refused.returncode != 0
     assert "no prebuilt binary for Windows-x86_64" in refused.stdout + refused.stderr
+
+
+def _machine(library: Path) -> str:
+    """The machine a shared library is built for, read by binutils (ELF) or LLVM (Mach-O)."""
+    if library.read_bytes()[:4] == b"\x7fELF":
+        header = subprocess.run(
+            ["readelf", "-h", str(library)], capture_output=True, text=True, check=True
+        ).stdout
+        (line,) = [line for line in header.splitlines() if line.strip().startswith("Machine:")]
+        return line.split()[-1]  # "Advanced Micro Devices X86-64", "AArch64"
+    header = subprocess.run(
+        ["llvm-objdump-14", "--macho", "--private-header", str(library)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return header.splitlines()[-1].split()[1]  # MH_MAGIC_64 ARM64 ...
 
 
 def test_verify_says_it_does_not_install_conan_archives(out: Path) -> None:
