@@ -1,26 +1,33 @@
 """The output manifest and the publish that keeps a user's files: every target, one driver.
 
 The builds run the CLI on the real wheel into an OUT that already holds a user's `notes.txt`
-and a sub-folder; each output's manifest is checked against the files with hashlib, and
-`verify`/`doctor` are shown to refuse an output altered after its build.
+and a sub-folder (the tree twice: the second build replaces the first's files); each output's
+manifest is checked against the files with hashlib, and `verify`/`doctor` are shown to refuse
+an output altered after its build.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from builders import run_splitter
+from consumer_tools import conan_executable
 
 from splitter.errors import OutputError
 from splitter.manifest import NAME
 from splitter.targets.output import atomic_output
 
-TARGETS = ("conda", "wheel", "tree", "deb", "rpm")
-PACKAGE_SUFFIXES = (".conda", ".whl", ".deb", ".rpm", ".dsc", ".tar.gz", ".tar.xz")
+TARGETS = ("conda", "wheel", "tree", "deb", "rpm", "conan")
+PACKAGE_SUFFIXES = (".conda", ".whl", ".deb", ".rpm", ".dsc", ".tar.gz", ".tar.xz", ".conan.tgz")
+# The packages each target makes: Conan's are the C++ side's alone.
+PACKAGES = ("executorch-runtime", "executorch-kernels-quantized", "executorch-export")
+TARGET_PACKAGES = {target: set(PACKAGES) for target in TARGETS} | {"conan": set(PACKAGES[:2])}
 
 
 def user_files(out: Path) -> dict[str, bytes]:
@@ -33,22 +40,28 @@ def user_files(out: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def outputs(real_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Each target built twice into an OUT holding a user's files (the second build replaces
-    the first's files)."""
+def outputs(
+    real_wheel: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Path]]:
+    """Each target built into an OUT holding a user's files; the tree twice (the second build
+    replaces the first's files: the publishing step is the same for every target, and the
+    manifest check below shows each target's files are exactly its manifest's)."""
     if not shutil.which("dpkg-deb") or not shutil.which("rpmbuild"):
         pytest.fail("dpkg-deb and rpmbuild are needed (apt-get install dpkg-dev rpm)")
     root = tmp_path_factory.mktemp("manifest")
     built = {}
-    for target in TARGETS:
-        out = root / target
-        out.mkdir()
-        user_files(out)
-        for _ in range(2):
-            result = run_splitter("build", "-q", "-t", target, "-o", str(out), str(real_wheel))
-            assert result.returncode == 0, result.stderr
-        built[target] = out
-    return built
+    with pytest.MonkeyPatch.context() as patch:  # conan from its lock, for --target conan
+        patch.setenv("PATH", f"{conan_executable().parent}{os.pathsep}{os.environ['PATH']}")
+        for target in TARGETS:
+            out = root / target
+            out.mkdir()
+            user_files(out)
+            for _ in range(2 if target == "tree" else 1):
+                command = ("build", "-q", "-t", target, "-o", str(out), str(real_wheel))
+                result = run_splitter(*command)
+                assert result.returncode == 0, result.stderr
+            built[target] = out
+        yield built
 
 
 @pytest.mark.integration
@@ -66,11 +79,7 @@ def test_every_target_writes_a_manifest_that_lists_what_is_there(
     artifacts = manifest["artifacts"]
     binaries = [a for a in artifacts if a["platform"] != "source"]
     sources = [a for a in artifacts if a["platform"] == "source"]
-    assert {a["package"] for a in binaries} == {
-        "executorch-runtime",
-        "executorch-kernels-quantized",
-        "executorch-export",
-    }
+    assert {a["package"] for a in binaries} == TARGET_PACKAGES[target]
     for artifact in artifacts:
         data = (out / artifact["path"]).read_bytes()
         assert hashlib.sha256(data).hexdigest() == artifact["sha256"], artifact["path"]
@@ -98,8 +107,8 @@ def test_every_target_writes_a_manifest_that_lists_what_is_there(
 def test_a_users_files_in_out_survive_every_target(
     target: str, outputs: dict[str, Path], tmp_path: Path
 ) -> None:
-    """notes.txt and a sub-folder the user keeps in -o DIR are there, unchanged, after two
-    builds of each target."""
+    """notes.txt and a sub-folder the user keeps in -o DIR are there, unchanged, after each
+    target's build (two of the tree's)."""
     out = outputs[target]
     expected = user_files(tmp_path)
     for name, data in expected.items():
