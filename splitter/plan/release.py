@@ -282,7 +282,7 @@ def _check_pythons(members: list[Plan]) -> list[str]:
         if other is not plan:
             problems.append(
                 f"two wheels for one platform and Python ({plan.platform.conda_subdir}, "
-                "{}.{}): {} and {}".format(
+                "{}.{}): {} and {}\ngive one wheel per platform and Python".format(
                     *plan.platform.python, other.wheel.filename, plan.wheel.filename
                 )
             )
@@ -315,7 +315,9 @@ def _compare_shared(
             problems.append(
                 f"a file of a Python-independent package is in only one of two wheels of a "
                 f"release ({holder.wheel.filename} has it): {path}; "
-                f"wheels {source.wheel.filename} and {other.wheel.filename}"
+                f"wheels {source.wheel.filename} and {other.wheel.filename}\n"
+                "give wheels of one build, or a recipe rule that puts the file in a "
+                "package per Python"
             )
         for path in wanted:
             if path not in theirs or theirs[path] == digests[path]:
