@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from splitter.targets.replay import CONDA_PLACEHOLDER
+from splitter.targets.conda.placeholder import CONDA_PLACEHOLDER
 
 ZIP64_LIMIT = 0xFFFFFFFF
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from splitter.model import CondaBackend, Limits, Plan, Rpath, Target
 from splitter.plan.layout import conda_layout
 from splitter.targets.conda.assemble import release_freed_memory
-from splitter.targets.replay import CONDA_PLACEHOLDER
+from splitter.targets.conda.placeholder import CONDA_PLACEHOLDER
 from splitter.targets.stage import Progress, Reusable, Staged, doc_sbom, stage
 
 DEFAULT_LEVEL = 9
