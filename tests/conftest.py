@@ -126,13 +126,6 @@ CI_ALLOWED_SKIPS = {
     "tests/test_release.py::test_verify_runs_each_python_given": (
         "a machine with one CPython cannot run it"
     ),
-    # dpkg-buildpackage -aarm64 needs arm64's libc6, libstdc++6 and libatomic1 in dpkg's
-    # database (multiarch); with them on disk, qemu-user's aarch64 guests load them beside the
-    # cross loader and the emulated model never finishes, so CI keeps the emulation and this
-    # rebuild is run by hand (README).
-    "tests/test_deb.py::test_source_package_rebuilds_the_arm64_packages": (
-        "multiarch arm64 libraries would break the qemu emulation the other tests use"
-    ),
 }
 
 

@@ -135,7 +135,10 @@ def run_model(
     RUN_TIMEOUT)."""
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
     args = (str(MODEL / "model.pte"), str(MODEL / "input0.bin"), str(out_file))
-    command = [str(runner), *args] if emulator is None else emulator.command(runner, *args)
+    if emulator is None:
+        command = [str(runner), *args]
+    else:
+        command = emulator.command(runner, *args, environ=env)
     return run_step(command, RUN_TIMEOUT if timeout is None else timeout, env=env)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,16 +48,30 @@ class Emulator:
     cxx: Path
     sysroot: Path
 
-    def command(self, program: Path, *args: str) -> list[str]:
-        """The command that runs `program` (of this architecture) with `args`."""
-        return [str(self.qemu), "-L", str(self.sysroot), str(program), *args]
+    def qemu_command(self, library_path: str = "") -> list[str]:
+        """qemu with the sysroot as the guest's root for absolute paths (-L) and its lib/
+        on the guest's LD_LIBRARY_PATH after `library_path` (-E). Without it, a machine
+        holding Debian's multiarch libraries of this architecture (libc6:arm64..., as a
+        cross-building packager's does) gives the guest's loader, the sysroot's, the host's
+        /lib/<triplet>/libc.so.6 from its default path: a libc of another build, with which
+        the model's run spun forever."""
+        search = ":".join(d for d in (library_path, str(self.sysroot / "lib")) if d)
+        return [str(self.qemu), "-L", str(self.sysroot), "-E", f"LD_LIBRARY_PATH={search}"]
+
+    def command(
+        self, program: Path, *args: str, environ: Mapping[str, str] = os.environ
+    ) -> list[str]:
+        """The command that runs `program` (of this architecture) with `args`, in a process
+        whose environment is `environ` (its LD_LIBRARY_PATH goes to the guest's, before the
+        sysroot's lib/)."""
+        return [*self.qemu_command(environ.get("LD_LIBRARY_PATH", "")), str(program), *args]
 
     def toolchain(self, directory: Path) -> Path:
         """A CMake toolchain file that cross-compiles for this architecture and runs what it
         builds (try-runs included) under qemu."""
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"{self.machine}.cmake"
-        emulator = ";".join((str(self.qemu), "-L", str(self.sysroot)))
+        emulator = ";".join(self.qemu_command())
         path.write_text(
             "set(CMAKE_SYSTEM_NAME Linux)\n"
             f"set(CMAKE_SYSTEM_PROCESSOR {self.machine})\n"
