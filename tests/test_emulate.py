@@ -56,3 +56,32 @@ def test_a_cross_compiler_that_fails_gives_failed_rows_naming_it(
     assert failed and {r["check"] for r in failed} == {"co-load"}
     for row in failed:
         assert str(cxx) in row["detail"] and "cc1: out of order" in row["detail"], row
+
+
+@pytest.mark.integration
+def test_the_guest_loads_the_sysroots_libc(tmp_path: Path) -> None:
+    """A cross-built program run through Emulator.command maps the cross sysroot's libc (its
+    /proc/self/maps, as qemu-user shows the guest's mappings), also on a machine holding
+    Debian's multiarch libc6:arm64 at /lib/aarch64-linux-gnu, which the guest's loader would
+    otherwise take from its default path (.ci/run installs it, so CI runs this case)."""
+    from splitter.verify.emulate import Emulator, emulator_for
+
+    emulator = emulator_for("linux-aarch64")
+    assert isinstance(emulator, Emulator), emulator  # .ci/run installs qemu-user and the g++
+    source = tmp_path / "maps.c"
+    source.write_text(
+        "#include <stdio.h>\n"
+        "int main(void) {\n"
+        '    FILE *maps = fopen("/proc/self/maps", "r");\n'
+        "    char line[4096];\n"
+        "    while (fgets(line, sizeof line, maps)) fputs(line, stdout);\n"
+        "    return 0;\n"
+        "}\n"
+    )
+    program = tmp_path / "maps"
+    subprocess.run([str(emulator.cxx), "-x", "c", str(source), "-o", str(program)], check=True)
+    run = subprocess.run(
+        emulator.command(program), capture_output=True, text=True, check=True, timeout=60
+    )
+    libc = {line.split()[-1] for line in run.stdout.splitlines() if "/libc.so" in line}
+    assert libc == {str(emulator.sysroot / "lib" / "libc.so.6")}, run.stdout
