@@ -140,6 +140,29 @@ def test_breaches_are_refused_like_llvm(
     assert "truncated or malformed object" in err, err
 
 
+def test_an_ident_command_is_refused_as_llvm_misreads_what_follows(
+    machos: dict[str, bytes], tmp_path: Path
+) -> None:
+    """LC_IDENT (0x8, obsolete; ld64 never writes it) in place of the first LC_LOAD_DYLIB:
+    llvm-objdump-14 accepts the file but reads every later load command as another LC_IDENT,
+    and llvm-otool-14 lists none of the later libraries, though the bytes hold them; splitter
+    refuses it, naming the file, rather than read it otherwise than LLVM's tools."""
+    data = bytearray(machos[DYLIB])
+    first_load = at(data, 0xC)
+    put(data, first_load, "<I", 0x8)
+    later = [offset for command, offset in commands(data) if offset > first_load]
+    assert any(struct.unpack_from("<I", data, offset)[0] == 0xC for offset in later)
+    code, out, err = llvm(tmp_path, bytes(data), "llvm-objdump-14", "--macho", "--private-headers")
+    assert code == 0 and "malformed" not in err, err
+    shown = re.findall(r"Load command \d+\n\s+cmd (\S+)", out)
+    assert shown[len(commands(data)) - len(later) :] == ["?(0x00000008)"] * len(later)
+    code, out, _ = llvm(tmp_path, bytes(data), "llvm-otool-14", "-L")
+    assert code == 0 and len(listed(out)) == 1, out  # the install name alone
+    with pytest.raises(BinaryError, match=r"cmd value of: 8 is obsolete") as refused:
+        analyse_macho(DYLIB, bytes(data))
+    assert str(refused.value).endswith(f": {DYLIB}")
+
+
 def listed(out: str) -> list[str]:
     """The names llvm-otool -L lists after the file's line, each as "\t<name> (compatibility
     version ...)": read by that shape, as a mutated name may hold a newline."""
