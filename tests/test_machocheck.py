@@ -163,6 +163,19 @@ def test_an_ident_command_is_refused_as_llvm_misreads_what_follows(
     assert str(refused.value).endswith(f": {DYLIB}")
 
 
+def test_an_empty_install_name_is_refused(machos: dict[str, bytes], tmp_path: Path) -> None:
+    """LC_ID_DYLIB's name cut to "": llvm-otool-14 lists "" as the install name; splitter
+    refuses the file, naming it, rather than read it as a dylib without an LC_ID_DYLIB."""
+    data = bytearray(machos[DYLIB])
+    identity = at(data, 0xD)
+    data[identity + struct.unpack_from("<I", data, identity + 8)[0]] = 0
+    code, out, _ = llvm(tmp_path, bytes(data), "llvm-otool-14", "-L")
+    assert code == 0 and listed(out)[0] == "", out
+    with pytest.raises(BinaryError, match=r"LC_ID_DYLIB .* is empty") as refused:
+        analyse_macho(DYLIB, bytes(data))
+    assert str(refused.value).endswith(f": {DYLIB}")
+
+
 def listed(out: str) -> list[str]:
     """The names llvm-otool -L lists after the file's line, each as "\t<name> (compatibility
     version ...)": read by that shape, as a mutated name may hold a newline."""

@@ -15,6 +15,10 @@ In one pass over the load commands (splitter.binaries.machocommands lists them):
   linkedit data, section contents and relocations) inside the file, overlapping neither the
   headers and load commands nor another blob;
 - then: LC_DYSYMTAB's symbol ranges inside LC_SYMTAB's, one LC_ID_DYLIB in a dylib.
+Two rules are splitter's own, where LLVM's tools accept a file they then read otherwise than
+splitter would: no LC_IDENT (machocommands.OBSOLETE says why), and no empty name (an
+LC_ID_DYLIB naming "" is a dylib whose install name LLVM lists as "", and splitter's reader
+as none).
 read_macho has checked the magic, that the header fits, and the file type: MH_DYLIB_STUB,
 MH_DSYM and MH_CORE, which LLVM exempts from some rules, never come here.
 """
@@ -237,6 +241,8 @@ class _Checker:
             raise _Malformed(
                 f"load command {index} {name} {what} extends past the end of the load command"
             )
+        if self.data[at + offset] == 0:  # splitter's rule (see the module)
+            raise _Malformed(f"load command {index} {name} {what} is empty")
         if command == LC_ID_DYLIB:
             self.once("LC_ID_DYLIB", at)
             if self.filetype != MH_DYLIB:
