@@ -32,6 +32,7 @@ from splitter.errors import InvalidWheel, ReleaseError
 from splitter.input.fetch import resolve_inputs
 from splitter.input.wheel import Known
 from splitter.model import Plan
+from splitter.plan.declared import HEADER_SUFFIXES
 from splitter.plan.make import make_plan
 from splitter.plan.recipe import load_recipe
 from splitter.plan.release import PlatformGroup, Release, StampedFile, make_release
@@ -165,7 +166,7 @@ def test_later_wheels_verify_their_shared_members_once(
     headers = {
         e.path
         for e in later.wheel.entries
-        if e.path.startswith("executorch/include/") and e.path.endswith((".h", ".hpp"))
+        if e.path.startswith("executorch/include/") and e.path.endswith(HEADER_SUFFIXES)
     }
     assert 10 < len(inflated) - len(headers) < 40, inflated
     # read for the plan: the binaries, the version, and every header (their identifiers decide

@@ -6,7 +6,9 @@ test_diff, so each case differs from a valid release in one thing only."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 from builders import make_wheel, run_splitter
@@ -16,18 +18,23 @@ LINUX = "manylinux_2_28_x86_64"
 
 
 def wheel(
-    directory: Path, *, version: str = "1.5.1", python: str = "cp311", **extra: bytes
+    directory: Path,
+    *,
+    version: str = "1.5.1",
+    python: str = "cp311",
+    platform: str = LINUX,
+    extra: Mapping[str, bytes] = MappingProxyType({}),
 ) -> Path:
-    """An executorch wheel of `version` for `python` holding a runtime library, a header, a
-    Python file and the `extra` members (path with '/' given as '__')."""
+    """An executorch wheel of `version` for `python` and `platform` holding a runtime library,
+    a header, a Python file and the `extra` members."""
     directory.mkdir(parents=True, exist_ok=True)
     files = {
         "executorch/lib/libexecutorch.so": b"not an ELF file, a plain data file\n",
         "executorch/include/executorch.h": b"#pragma once\n",
         "executorch/exir/a.py": f"PYTHON = {python!r}\n".encode(),
+        **extra,
     }
-    files |= {name.replace("__", "/"): data for name, data in extra.items()}
-    return make_wheel(directory, files, version=version, tag=f"{python}-{python}-{LINUX}")
+    return make_wheel(directory, files, version=version, tag=f"{python}-{python}-{platform}")
 
 
 def refused(tmp_path: Path, wheels: list[Path]) -> str:
@@ -68,16 +75,7 @@ def test_two_versions_are_refused(tmp_path: Path) -> None:
 
 def test_two_wheels_for_one_python_are_refused(tmp_path: Path) -> None:
     first = wheel(tmp_path / "a")
-    (tmp_path / "b").mkdir()
-    second = make_wheel(
-        tmp_path / "b",
-        {
-            "executorch/lib/libexecutorch.so": b"not an ELF file, a plain data file\n",
-            "executorch/include/executorch.h": b"#pragma once\n",
-            "executorch/exir/a.py": b"PYTHON = 'cp311'\n",
-        },
-        tag="cp311-cp311-manylinux_2_34_x86_64",
-    )
+    second = wheel(tmp_path / "b", platform="manylinux_2_34_x86_64")
     message = refused(tmp_path, [first, second])
     assert "two wheels for one platform and Python (linux-64, 3.11)" in message
     assert first.name in message and second.name in message
@@ -88,9 +86,9 @@ def test_two_wheels_for_one_python_are_refused(tmp_path: Path) -> None:
 def test_a_shared_file_in_one_wheel_only_is_refused(tmp_path: Path, holder: str) -> None:
     """A header of the runtime (one package for every Python) in one of the two wheels only,
     whichever of them holds it."""
-    extra = {"executorch__include__more.h": b"#pragma once\n"}
+    more = {"executorch/include/more.h": b"#pragma once\n"}
     wheels = [
-        wheel(tmp_path / p, python=p, **(extra if p == holder else {})) for p in ("cp311", "cp312")
+        wheel(tmp_path / p, python=p, extra=more if p == holder else {}) for p in ("cp311", "cp312")
     ]
     message = refused(tmp_path, wheels)
     (has,) = [w for w in wheels if holder in w.name]

@@ -15,7 +15,7 @@ LC_LINKER_OPTION, LC_NOTE, LC_BUILD_VERSION = 0x2D, 0x31, 0x32
 # LC_PREBIND_CKSUM: LLVM reads none of them and refuses each. Its source lists LC_IDENT (0x8)
 # too; llvm-objdump-14 and llvm-otool-14 accept a file holding one but read every load
 # command after it as a copy of it (`cmd ?(0x00000008)`), so they list none of the later
-# LC_LOAD_DYLIBs or LC_RPATHs (found by a random fuzz run). ld64 never writes it: refused.
+# LC_LOAD_DYLIBs or LC_RPATHs. ld64 never writes it: refused.
 OBSOLETE = frozenset({0x3, 0x6, 0x7, 0x8, 0x9, 0xA, 0x10, 0x17})
 
 # Commands naming a string by the u32 after cmd and cmdsize: name, struct size, the struct's
