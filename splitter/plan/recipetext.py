@@ -1,15 +1,14 @@
-"""The recipe as text, before its values are typed: TOML syntax errors reported the same way
-whichever tomlkit release is installed, every key checked against the tables the recipe may
+"""The recipe as text, before its values are typed: TOML syntax errors reported with their line
+whichever Python's tomllib reports them, every key checked against the tables the recipe may
 hold, and key paths turned into line numbers for messages."""
 
 from __future__ import annotations
 
 import difflib
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
-
-from tomlkit.exceptions import ParseError, TOMLKitError
 
 from splitter.errors import RecipeError
 
@@ -144,16 +143,16 @@ def check_keys(source: Source, doc: dict[str, Any]) -> None:
 
 
 _ASSIGNMENT = re.compile(r"""^(?:"([^"]+)"|'([^']+)'|([A-Za-z0-9_.-]+))\s*=""")
-_LOCATION = re.compile(r" at line \d+ col \d+$")
+# tomllib's messages end with where it stopped: "(at line 3, column 7)" or "(at end of document)"
+_LOCATION = re.compile(r" \(at (?:line (\d+), column \d+|end of document)\)$")
 
 
-def not_toml(path: Path, text: str, exc: TOMLKitError) -> RecipeError:
-    """One RecipeError for text tomlkit refuses, however tomlkit reports it.
+def not_toml(path: Path, text: str, exc: tomllib.TOMLDecodeError) -> RecipeError:
+    """One RecipeError for text tomllib refuses, naming the line.
 
-    A key assigned twice in one table is reported differently by tomlkit releases (0.15.2 raises
-    KeyAlreadyPresent with no line, 0.15.3 a ParseError whose line is past the key), so it is
-    found by a scan of its own: the message names the key, its table and the line of the second
-    assignment whichever release is installed."""
+    A key assigned twice in one table is found by a scan of its own: tomllib reports it where
+    it stopped reading ("Cannot overwrite a value"), without the key, so the message names
+    the key, its table and the line of the second assignment instead."""
     repeated = _repeated_key(text.splitlines())
     if repeated is not None:
         key, table, line = repeated
@@ -161,8 +160,11 @@ def not_toml(path: Path, text: str, exc: TOMLKitError) -> RecipeError:
             f'recipe is not valid TOML (key "{key}" is set twice in {table}): {path}:{line}\n'
             "Keep one of the two assignments."
         )
-    where = f":{exc.line}" if isinstance(exc, ParseError) else ""
-    return RecipeError(f"recipe is not valid TOML ({_LOCATION.sub('', str(exc))}): {path}{where}")
+    message = str(exc)
+    found = _LOCATION.search(message)
+    last = max(len(text.splitlines()), 1)  # "end of document"
+    where = "" if found is None else f":{found.group(1) or last}"
+    return RecipeError(f"recipe is not valid TOML ({_LOCATION.sub('', message)}): {path}{where}")
 
 
 def _repeated_key(lines: list[str]) -> tuple[str, str, int] | None:
