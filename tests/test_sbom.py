@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import uuid
 from collections.abc import Mapping
 
 import pytest
@@ -184,6 +185,20 @@ def test_sbom_is_the_same_bytes_for_the_same_split(
     assert _render(real_plan, files) == rendered
     serials = {json.loads(text)["serialNumber"] for text in rendered.values()}
     assert len(serials) == len(PACKAGES)
+
+
+def test_sbom_serial_is_the_hash_of_the_rest(rendered: Rendered) -> None:
+    """Each SBOM is its own document in canonical form (sorted keys, compact, one line) and its
+    serial number is RFC 4122's name-based UUID of the sha256 of that form without it: a
+    reader can recompute it, and the serial sits where sorted keys put it."""
+    for text in rendered.values():
+        document = json.loads(text)
+        canonical = json.dumps(document, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        assert text == (canonical + "\n").encode()
+        serial = document.pop("serialNumber")
+        rest = json.dumps(document, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        digest = hashlib.sha256((rest + "\n").encode()).hexdigest()
+        assert serial == f"urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, f'sha256:{digest}')}"
 
 
 def test_sbom_serial_follows_the_input(

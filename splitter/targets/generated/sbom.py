@@ -93,10 +93,26 @@ def render_sbom(
         # package's quantized kernels need the runtime); absent, their dependencies are unknown.
         "dependencies": [{"ref": purl, "dependsOn": sorted(siblings.values())}],
     }
-    # RFC 4122 name-based: the same document always gets the same serial, another one another
-    digest = hashlib.sha256(_dump(document)).hexdigest()
-    document["serialNumber"] = f"urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, f'sha256:{digest}')}"
-    return _dump(document)
+    return _with_serial(_dump(document))
+
+
+# The end of every document _dump writes: its last two top-level keys, which sort after
+# "serialNumber" (render_sbom's top level holds no other key from "s" on).
+_TAIL = f',"specVersion":"{SPEC_VERSION}","version":1}}\n'
+
+
+def _with_serial(text: str) -> bytes:
+    """The dumped document with its serial number: RFC 4122 name-based, from the sha256 of the
+    document without it, so the same document always gets the same serial and another one
+    another. The serial goes where sorted keys put it, before the tail: the bytes a second
+    dump with the serial would give, without dumping the export's thousands of file entries
+    twice (14 ms of the single wheel's build, docs/performance.md)."""
+    assert text.endswith(_TAIL), text[-80:]
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    serial = f"urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, f'sha256:{digest}')}"
+    return (
+        f"{text[: -len(_TAIL)]},{json.dumps('serialNumber')}:{json.dumps(serial)}{_TAIL}"
+    ).encode()
 
 
 def licenses(expression: str) -> list[Json]:
@@ -182,9 +198,9 @@ def _version() -> str:
     return importlib.metadata.version("splitter")
 
 
-def _dump(document: Json) -> bytes:
-    """The document as the SBOM file holds it: sorted keys, compact, UTF-8, one line: without
-    an indent json.dumps runs its C encoder, which the export package's thousands of file
-    entries, rendered twice (the serial number hashes the document), need."""
+def _dump(document: Json) -> str:
+    """The document as the SBOM file holds it: sorted keys, compact, one line (UTF-8 once
+    encoded): without an indent json.dumps runs its C encoder, which the export package's
+    thousands of file entries need."""
     text = json.dumps(document, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return (text + "\n").encode()
+    return text + "\n"
