@@ -1,6 +1,7 @@
 """Every target's builder, made from the build options the command line gives: the one place
 that knows which class builds which `--target`, so that the CLI asks a builder's limits and
-runs it without knowing any target's internals."""
+runs it without knowing any target's internals. A target's module is imported when it is
+chosen: a build loads its own target, not the other five (about 15 ms of start-up)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,7 @@ from dataclasses import dataclass
 
 from splitter.model import CondaBackend, Limits, Rpath, Target
 from splitter.targets.builder import Builder
-from splitter.targets.conan import ConanBuilder
-from splitter.targets.conda.build import conda_builder
 from splitter.targets.conda.options import DEFAULT_LEVEL, WORKERS, CondaOptions
-from splitter.targets.distro.deb import DebBuilder
-from splitter.targets.distro.rpm import RpmBuilder
-from splitter.targets.tree import TreeBuilder
-from splitter.targets.wheel import WheelBuilder
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +57,8 @@ def open_builder(options: BuildOptions) -> Iterator[Builder]:
     """The chosen target's builder, for the time of one build (conda's worker processes start
     now, while the plan is made, and stop when it ends)."""
     if options.target == Target.CONDA:
+        from splitter.targets.conda.build import conda_builder
+
         with conda_builder(options.conda) as builder:
             yield builder
         return
@@ -72,6 +69,8 @@ def _simple(options: BuildOptions) -> Builder:
     """A builder without set-up or tear-down."""
     target, guard = options.target, options.guard
     if target == Target.TREE:
+        from splitter.targets.tree import TreeBuilder
+
         return TreeBuilder(
             prefix=options.prefix,
             libdir=options.libdir,
@@ -80,10 +79,19 @@ def _simple(options: BuildOptions) -> Builder:
             rpath=options.rpath,
             guard=guard,
         )
-    simple: dict[Target, type[WheelBuilder | DebBuilder | RpmBuilder | ConanBuilder]] = {
-        Target.WHEEL: WheelBuilder,
-        Target.DEB: DebBuilder,
-        Target.RPM: RpmBuilder,
-        Target.CONAN: ConanBuilder,
-    }
-    return simple[target](guard=guard)
+    if target == Target.WHEEL:
+        from splitter.targets.wheel import WheelBuilder
+
+        return WheelBuilder(guard=guard)
+    if target == Target.DEB:
+        from splitter.targets.distro.deb import DebBuilder
+
+        return DebBuilder(guard=guard)
+    if target == Target.RPM:
+        from splitter.targets.distro.rpm import RpmBuilder
+
+        return RpmBuilder(guard=guard)
+    assert target == Target.CONAN, target
+    from splitter.targets.conan import ConanBuilder
+
+    return ConanBuilder(guard=guard)
