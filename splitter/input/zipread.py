@@ -241,8 +241,12 @@ def _after_header(
     checked (the signature, and the name the central directory gives). The header, name,
     extra field and data are one pread when the local extra field is no longer than the
     central directory's, as writers make them; a longer one costs a second pread."""
+    # An ASCII name is the same bytes in UTF-8 and cp437: compared as bytes, without the
+    # cp437 codec (a Python-level charmap, twice per member of every read otherwise).
+    ascii_name = info.orig_filename.isascii()
     encoding = "utf-8" if info.flag_bits & 0x800 else "cp437"
-    guess = LOCAL_HEADER.size + len(info.orig_filename.encode(encoding)) + len(info.extra)
+    expected = info.orig_filename.encode("ascii" if ascii_name else encoding)
+    guess = LOCAL_HEADER.size + len(expected) + len(info.extra)
     raw = os.pread(descriptor, guess + length, info.header_offset)
     if len(raw) < LOCAL_HEADER.size:
         raise zipfile.BadZipFile("Truncated file header")
@@ -253,13 +257,13 @@ def _after_header(
     begin = LOCAL_HEADER.size + name_size + extra_size  # the data, from the header
     if len(raw) == guess + length < begin + length:  # read whole, but the header is longer
         raw += os.pread(descriptor, begin + length - len(raw), info.header_offset + len(raw))
-    name = raw[LOCAL_HEADER.size : LOCAL_HEADER.size + name_size].decode(
-        "utf-8" if fields[3] & 0x800 else "cp437"
-    )
-    if name != info.orig_filename:
-        raise zipfile.BadZipFile(
-            f"File name in directory {info.orig_filename!r} and header {name!r} differ."
-        )
+    local = raw[LOCAL_HEADER.size : LOCAL_HEADER.size + name_size]
+    if not (ascii_name and local == expected):
+        name = local.decode("utf-8" if fields[3] & 0x800 else "cp437")
+        if name != info.orig_filename:
+            raise zipfile.BadZipFile(
+                f"File name in directory {info.orig_filename!r} and header {name!r} differ."
+            )
     if info.header_offset + begin + info.compress_size > end:  # see member_end
         raise zipfile.BadZipFile(f"Overlapped entries: {info.orig_filename!r}")
     return raw[begin : begin + length], info.header_offset + begin
