@@ -36,8 +36,10 @@ from splitter.model import Plan
 from splitter.plan.layout import make_layout
 from splitter.plan.make import make_plan
 from splitter.plan.recipe import load_recipe
+from splitter.targets.conda.assemble import json_bytes
 from splitter.targets.conda.build import build_conda
 from splitter.targets.conda.channel import index_channel
+from splitter.targets.conda.placeholder import CONDA_PLACEHOLDER
 from splitter.targets.tree import build_tree
 from splitter.verify.install import conda_info_file
 
@@ -300,6 +302,22 @@ def test_python_side_from_the_prefix(prefixes: dict[str, Path]) -> None:
 
 def paths_json(package: Path) -> dict[str, dict[str, object]]:
     return {p["_path"]: p for p in json.loads(conda_info_file(package, "info/paths.json"))["paths"]}
+
+
+def test_paths_json_is_in_the_form_the_build_rewrites(channel: Path) -> None:
+    """Every package's info/paths.json is in json_bytes's form (sorted, indented by 2): the
+    layout the build's block-by-block marking of the prefix placeholder relies on
+    (assemble.paths_json), and the flatc launcher is the one file marked."""
+    marked = []
+    for package in packages(channel).values():
+        raw = conda_info_file(package, "info/paths.json")
+        assert raw == json_bytes(json.loads(raw)), package.name
+        marked += [
+            (package.name.rsplit("-", 2)[0], p["_path"], p["file_mode"], p["prefix_placeholder"])
+            for p in json.loads(raw)["paths"]
+            if "prefix_placeholder" in p
+        ]
+    assert marked == [("executorch-export", "bin/flatc", "text", CONDA_PLACEHOLDER)]
 
 
 def licence_names(package: Path) -> list[str]:
