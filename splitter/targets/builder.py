@@ -11,6 +11,7 @@ every file written.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.metadata
 from dataclasses import dataclass
@@ -117,7 +118,9 @@ def make_manifest(
     build: Path,
     recipe: RecipeUsed | None = None,
 ) -> Manifest:
-    """The manifest of what `build` holds; every package file must be an artifact."""
+    """The manifest of what `build` holds; every package file must be an artifact. An
+    artifact's sha256 is the one its builder gives (conda: the channel index's, hashed as the
+    package was finished), or else its file's."""
     files = sorted(files_under(build) - {MANIFEST})
     listed = {a.path for a in artifacts}
     unlisted = [f for f in files if f.endswith(PACKAGE_SUFFIXES) and f not in listed]
@@ -125,18 +128,12 @@ def make_manifest(
     assert not unlisted and not missing, f"builder's artifacts: {unlisted=} {missing=}"
     hashed = []
     for artifact in sorted(artifacts, key=lambda a: a.path):
+        if artifact.sha256:  # the builder hashed the file as it finished it (conda's index)
+            assert (build / artifact.path).stat().st_size == artifact.size, artifact
+            hashed.append(artifact)
+            continue
         sha256, size = digest(build / artifact.path)
-        hashed.append(
-            Artifact(
-                path=artifact.path,
-                package=artifact.package,
-                platform=artifact.platform,
-                python=artifact.python,
-                components=artifact.components,
-                sha256=sha256,
-                size=size,
-            )
-        )
+        hashed.append(dataclasses.replace(artifact, sha256=sha256, size=size))
     return Manifest(
         splitter=importlib.metadata.version("splitter"),
         target=str(target),
@@ -147,9 +144,11 @@ def make_manifest(
     )
 
 
-def artifact(path: str, plan: Plan, package: PackagePlan) -> Artifact:
+def artifact(
+    path: str, plan: Plan, package: PackagePlan, sha256: str = "", size: int = 0
+) -> Artifact:
     """An artifact of `package`, built from `plan`'s wheel (its Python when it is a Python
-    package)."""
+    package); `sha256` and `size`: the finished file's, when its builder has hashed it."""
     python = "{}.{}".format(*plan.platform.python) if package.python else None
     return Artifact(
         path=path,
@@ -157,6 +156,8 @@ def artifact(path: str, plan: Plan, package: PackagePlan) -> Artifact:
         platform=plan.platform.conda_subdir,
         python=python,
         components=package.cmake_components,
+        sha256=sha256,
+        size=size,
     )
 
 

@@ -170,11 +170,14 @@ class Pipeline:
                 write_release_recipe(variants, group.shared_packages, recipe)
             index_channel(self.build, group.subdir, self.records[group.subdir])
         return [
-            artifact(f"{group.subdir}/{p.name}-{p.version}-{builds[p.name]}.conda", plan, p)
+            # the sha256 and size the channel index took from the finished package
+            artifact(f"{group.subdir}/{name}", plan, p, str(record["sha256"]), _size(record))
             for group in release.groups
             for plan in group.plans
             for builds in [self.builds[plan.wheel.filename]]
             for p in group.packaged_from(plan)
+            for name in [f"{p.name}-{p.version}-{builds[p.name]}.conda"]
+            for record in [self.records[group.subdir][name]]
         ]
 
     def _queue_shared(self, group: _Group, here: bool = False) -> None:
@@ -257,6 +260,13 @@ class Pipeline:
 def _finished(job: AssembleJob, result: Assembled) -> tuple[str, dict[str, object]]:
     """(file name, repodata record) of an assembled package, finished by the build."""
     return Path(result.path).name, finish(job, result)
+
+
+def _size(record: Mapping[str, object]) -> int:
+    """A repodata record's size."""
+    size = record["size"]
+    assert isinstance(size, int), record
+    return size
 
 
 def _worker_died(name: str) -> ExternalToolError:
