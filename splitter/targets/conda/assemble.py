@@ -20,6 +20,7 @@ import shutil
 import tarfile
 import zipfile
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -112,7 +113,7 @@ def finish(job: AssembleJob, assembled: Assembled) -> dict[str, object]:
     and the build process has time to spare (docs/performance.md)."""
     package = Path(assembled.path)
     rewrite_info(package, job.additions)
-    return channel_record(package, Path(job.tmpdir))
+    return channel_record(package)
 
 
 @contextlib.contextmanager
@@ -130,31 +131,40 @@ def _tmpdir(directory: str) -> Iterator[None]:
             os.environ["TMPDIR"] = previous
 
 
-def channel_record(package: Path, scratch: Path) -> dict[str, object]:
+def channel_record(package: Path) -> dict[str, object]:
     """The package's repodata.json record, made as rattler's index_fs makes it (its
     PackageRecord.from_index_json with the file's size and hashes, plus info/run_exports.json)
     but without its cost: index_fs reads a .conda a byte at a time; this hashes it in 1 MiB
-    blocks and unpacks only the info archive. `indexed_timestamp` is the package's own
-    timestamp, not the wall clock, so the channel is reproducible."""
+    blocks (sha256 in a helper thread beside md5: both release the GIL) and unpacks only the
+    info archive. `indexed_timestamp` is the package's own timestamp, not the wall clock, so
+    the channel is reproducible. Nothing but the package's directory is used: the build's
+    scratch may be going while the last package is finished."""
     from rattler import PackageRecord, RunExportsJson
 
     sha256, md5 = hashlib.sha256(), hashlib.md5()
-    with package.open("rb") as handle:
+    with package.open("rb") as handle, ThreadPoolExecutor(max_workers=1) as helper:
+        hashed: Future[None] | None = None
         while block := handle.read(1 << 20):
-            sha256.update(block)
+            if hashed is not None:
+                hashed.result()
+            hashed = helper.submit(sha256.update, block)
             md5.update(block)
+        if hashed is not None:
+            hashed.result()
     with zipfile.ZipFile(package) as archive:
         info = next(n for n in archive.namelist() if n.startswith("info-"))
         files = _info_files(archive.read(info))
-    index_json = scratch / f"{package.name}.index.json"
+    index_json = package.with_name(f".{package.name}.index.json")  # the record's reader's
     index_json.write_bytes(files["info/index.json"])
-    record = PackageRecord.from_index_json(
-        index_json,
-        size=package.stat().st_size,
-        sha256=sha256.hexdigest(),
-        md5=md5.hexdigest(),
-    )
-    index_json.unlink()
+    try:
+        record = PackageRecord.from_index_json(
+            index_json,
+            size=package.stat().st_size,
+            sha256=sha256.hexdigest(),
+            md5=md5.hexdigest(),
+        )
+    finally:
+        index_json.unlink()
     data: dict[str, object] = json.loads(record.to_json())
     if "info/run_exports.json" in files:
         exports = RunExportsJson.from_str(files["info/run_exports.json"].decode())

@@ -7,8 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Mapping
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed, wait
+from collections.abc import Iterator, Mapping
+from concurrent.futures import (
+    Future,
+    ProcessPoolExecutor,
+    ThreadPoolExecutor,
+    as_completed,
+    wait,
+)
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -241,11 +247,39 @@ class Pipeline:
             except BrokenProcessPool as exc:
                 raise _worker_died(job.name) from exc
             del self.packing[future]
-            self._record(subdir, job, result)
+            with self._removing_packed():
+                self._record(subdir, job, result)
+        for group in self._packed():
+            group.scratch.close()
+
+    def _packed(self) -> list[_Group]:
+        """The platforms every package of which is packed: their scratch can go."""
         packing = {subdir for subdir, _ in self.packing.values()}
-        for subdir, group in self.groups.items():
-            if group.shared_queued and subdir not in packing:
-                group.scratch.close()  # every package of the platform is packed
+        return [
+            group
+            for subdir, group in self.groups.items()
+            if group.shared_queued and subdir not in packing
+        ]
+
+    @contextlib.contextmanager
+    def _removing_packed(self) -> Iterator[None]:
+        """Remove the scratch of the platforms packed by now in a helper thread while the
+        build finishes a package (which reads only OUT): the last package's finishing and
+        the removal of its thousands of staged files then overlap, at the end of every
+        build."""
+        packed = self._packed()
+        if not packed:
+            yield
+            return
+
+        def remove() -> None:
+            for group in packed:
+                group.scratch.close()
+
+        with ThreadPoolExecutor(max_workers=1) as helper:
+            removed = helper.submit(remove)
+            yield
+            removed.result()
 
     def _record(self, subdir: str, job: AssembleJob, result: Assembled) -> None:
         """Finish an assembled package and keep its repodata record."""
