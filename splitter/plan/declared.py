@@ -24,7 +24,9 @@ from splitter.model import PackagePlan, Plan
 NAMESPACE = "executorch"
 # A nested name in the namespace, with a member function's qualifiers before it.
 _IN_NAMESPACE = re.compile(r"_ZN[rVK]*[RO]?10executorch")
-_IDENTIFIER = re.compile(rb"[A-Za-z_]\w*")
+# Every byte that cannot be part of an identifier, as a space: a header splits into its words
+_WORD_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+_NOT_WORD = bytes(c if c in _WORD_BYTES else 0x20 for c in range(256))
 HEADER_SUFFIXES = (".h", ".hpp")
 
 
@@ -35,8 +37,11 @@ def api_symbols(names: Iterable[str]) -> tuple[str, ...]:
 
 
 def identifiers(header: bytes) -> set[bytes]:
-    """The identifiers a header's text holds (comments and strings too: a lower bound)."""
-    return set(_IDENTIFIER.findall(header))
+    """The identifiers a header's text holds (comments and strings too: a lower bound): its
+    words, runs of letters, digits and underscores (numbers among them, which no function's
+    name equals). translate and split run in C: a fifth of a regular expression's time
+    over the 120 headers of a wheel (docs/performance.md)."""
+    return set(header.translate(_NOT_WORD).split())
 
 
 def undeclared(
