@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import shutil
 import sys
@@ -12,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from splitter import __version__
 from splitter.cli.console import (
     out,
     progress_bar,
@@ -84,7 +84,7 @@ class GlobalOptions:
 
 def _print_version(shown: bool) -> None:
     if shown:
-        print(f"splitter {importlib.metadata.version('splitter')}")
+        print(f"splitter {__version__}")
         raise typer.Exit()
 
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from splitter import __version__
 from splitter.manifest import NAME as MANIFEST
 from splitter.manifest import RECIPE_COPY, SOURCE, Artifact, Manifest, RecipeUsed, digest
 from splitter.model import Limits, PackagePlan, Plan, Progress, Recipe, Target
@@ -135,7 +135,7 @@ def make_manifest(
         sha256, size = digest(build / artifact.path)
         hashed.append(dataclasses.replace(artifact, sha256=sha256, size=size))
     return Manifest(
-        splitter=importlib.metadata.version("splitter"),
+        splitter=__version__,
         target=str(target),
         inputs=release.inputs,
         artifacts=tuple(hashed),

@@ -9,15 +9,14 @@ the same split writes the same bytes."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import importlib.metadata
 import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from splitter import __version__
 from splitter.model import ComponentFound, Plan, ThirdParty
 
 SBOM_NAME = "sbom.cdx.json"
@@ -61,7 +60,7 @@ def render_sbom(
                     {
                         "type": "application",
                         "name": "splitter",
-                        "version": _version(),
+                        "version": __version__,
                     }
                 ]
             },
@@ -190,12 +189,6 @@ def _file_component(file: SbomFile) -> Json:
         "name": file.path,
         "hashes": [{"alg": "SHA-256", "content": file.sha256}],
     }
-
-
-@functools.cache
-def _version() -> str:
-    """splitter's version, as the manifest and --version say it (looked up once)."""
-    return importlib.metadata.version("splitter")
 
 
 def _dump(document: Json) -> str:
