@@ -10,10 +10,12 @@ its entry point with `if __name__ == "__main__":`, as multiprocessing's spawn re
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import multiprocessing
 import os
 import signal
+import sys
 from concurrent.futures import ProcessPoolExecutor
 
 from splitter.tools import die_with_parent
@@ -49,3 +51,16 @@ def _start(build: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the build stops its workers itself
     for module in WARM:
         importlib.import_module(module)
+    atexit.register(_leave)
+
+
+def _leave() -> None:
+    """A worker's end, once its pool has stopped it: its streams flushed, it leaves without
+    tearing its interpreter down (rattler-build's and zstandard's modules), which the build
+    waited for at the end of every build (15 ms of a single wheel's). It has nothing else to
+    finish: each job's package was written before the job returned. It exits 0: the pool
+    does not read its workers' exit status (a worker that dies while working breaks the
+    pool, whatever its status)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
