@@ -21,6 +21,13 @@ class Source:
     def __init__(self, path: Path, text: str) -> None:
         self.path = path
         self.lines = text.splitlines()
+        # each table header (comment stripped) -> its 0-based lines, in order: every rule,
+        # component and third-party entry records its line, so a load looks up dozens
+        self._headers: dict[str, list[int]] = {}
+        for number, line in enumerate(self.lines):
+            stripped = line.split("#", 1)[0].strip()
+            if stripped.startswith("["):
+                self._headers.setdefault(stripped, []).append(number)
 
     def line(self, key_path: str) -> int:
         """Best line for `key_path` such as `rules[2].package` or `components.runtime`."""
@@ -48,13 +55,8 @@ class Source:
 
     def _header(self, header: str, nth: int) -> int | None:
         """0-based line of the `nth` occurrence of the table header `header`."""
-        seen = -1
-        for number, text in enumerate(self.lines):
-            if text.split("#", 1)[0].strip() == header:
-                seen += 1
-                if seen == nth:
-                    return number
-        return None
+        found = self._headers.get(header, [])
+        return found[nth] if nth < len(found) else None
 
     def error(self, key_path: str, problem: str, fix: str = "") -> RecipeError:
         """A RecipeError naming the file, line and key."""
