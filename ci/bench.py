@@ -10,7 +10,8 @@ and the growth of /dev/shm (scratch on tmpfs) are printed beside the baseline, w
 target. Nothing is asserted: these are figures for the notes, not tests. With --compare (another
 checkout's console script, e.g. /work/before/.venv/bin/splitter), the conda and release builds
 of that splitter run too, alternating with this one's and the baseline, and each row of this
-splitter gives its time and memory as a ratio of the other's.
+splitter gives its time (best of N, and the medians' ratio) and memory as a ratio of the
+other's.
   plan            vs listing the zip
   build conda     vs the floor (unzip, then one tar | zstd -L -T2 per package payload), and vs
                   rattler-build building the generated recipe at the same level
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -100,6 +102,7 @@ class Measure:
     rss: float
     tree: float
     shm: float
+    median: float = 0.0  # of several runs (best): their median wall seconds
 
 
 def _children(root: int) -> list[int]:
@@ -191,12 +194,13 @@ def run(command: list[str], env: dict[str, str] | None = None) -> Measure:
 
 
 def best(runs: list[Measure]) -> Measure:
-    """Best wall time, worst memory."""
+    """Best wall time, worst memory, and the median wall time."""
     return Measure(
         min(r.seconds for r in runs),
         max(r.rss for r in runs),
         max(r.tree for r in runs),
         max(r.shm for r in runs),
+        statistics.median(r.seconds for r in runs),
     )
 
 
@@ -222,7 +226,8 @@ def compared(label: str, measured: Measure, other: Measure) -> None:
     """One line: this splitter against the --compare one, measured in the same rounds."""
     print(
         f"{label:<40} {measured.seconds / other.seconds:5.2f}x time "
-        f"({measured.seconds:.2f} s vs {other.seconds:.2f} s), "
+        f"({measured.seconds:.2f} s vs {other.seconds:.2f} s; medians "
+        f"{measured.median / other.median:.2f}x, {measured.median:.2f} s vs {other.median:.2f} s), "
         f"{measured.tree / other.tree:5.2f}x summed memory "
         f"({measured.tree:.1f} MB vs {other.tree:.1f} MB), "
         f"shm {measured.shm:.1f} MB vs {other.shm:.1f} MB",

@@ -77,14 +77,21 @@ def read_wheel(
     if not path.is_file():
         raise InvalidWheel(f"wheel not found: {path}")
     try:
-        with path.open("rb") as handle:
-            file_sha = hashlib.file_digest(handle, "sha256").hexdigest()
-        with _open_zip(path) as archive:
-            return _read_archive(path, archive, file_sha, visit, wants, known)
+        # The whole file's sha256 (the manifest's, the recipes') is hashed by a helper thread
+        # while the members are read: hashlib releases the GIL.
+        with ThreadPoolExecutor(max_workers=1) as hasher:
+            file_sha = hasher.submit(_file_sha256, path)
+            with _open_zip(path) as archive:
+                return _read_archive(path, archive, file_sha, visit, wants, known)
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
         raise InvalidWheel(f"corrupt or truncated wheel ({exc}): {path}") from exc
     except OSError as exc:
         raise InvalidWheel(f"cannot read wheel ({exc.strerror or exc}): {path}") from exc
+
+
+def _file_sha256(path: Path) -> str:
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def _open_zip(path: Path) -> zipfile.ZipFile:
@@ -98,7 +105,7 @@ def _open_zip(path: Path) -> zipfile.ZipFile:
 def _read_archive(
     path: Path,
     archive: zipfile.ZipFile,
-    file_sha: str,
+    file_sha: Future[str],
     visit: Visitor | None,
     wants: Wants | None,
     known: Known | None,
@@ -180,7 +187,7 @@ def _read_archive(
     return WheelInfo(
         path=path.resolve(),
         filename=path.name,
-        sha256=file_sha,
+        sha256=file_sha.result(),
         name=str(fname),
         version=str(fversion),
         build_tag="".join(map(str, build)),

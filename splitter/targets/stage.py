@@ -11,7 +11,7 @@ import hashlib
 import os
 import posixpath
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -167,7 +167,31 @@ def apply(
             handle.write(data)
 
     runpaths = install.runpaths()
-    written = relocate(plan, install, runpaths, roots)
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        written = relocate(plan, install, runpaths, roots, pool)
+        install = _finish_staging(plan, install, runpaths, roots, staged, reused, sbom, written)
+    return Staged(
+        layout=install.layout,
+        install=install,
+        packages=MappingProxyType({name: tuple(files) for name, files in staged.items()}),
+        runpaths=MappingProxyType(runpaths),
+        elsewhere=install.elsewhere,
+    )
+
+
+def _finish_staging(
+    plan: Plan,
+    install: InstallPlan,
+    runpaths: Mapping[str, tuple[str, ...]],
+    roots: Mapping[str, str],
+    staged: dict[str, list[StagedFile]],
+    reused: set[str],
+    sbom: Naming | None,
+    written: Mapping[str, Future[str]],
+) -> InstallPlan:
+    """After relocation, while `written` (the relocated binaries' sha256) is still being
+    hashed: check that every NEEDED entry resolves, set modes and times, and add the SBOMs;
+    the install plan, with them."""
     union = {f.path: f.real for files in staged.values() for f in files}
     allowed = frozenset(plan.recipe.system_sonames) | frozenset(
         s for e in plan.recipe.externals for s in e.sonames
@@ -190,14 +214,9 @@ def apply(
             os.chmod(done.real, 0o755 if done.executable else 0o644)
             os.utime(done.real, (plan.wheel.timestamp, plan.wheel.timestamp))
     if sbom is not None:
-        install = _add_sboms(plan, install, roots, staged, sbom, written)
-    return Staged(
-        layout=layout,
-        install=install,
-        packages=MappingProxyType({name: tuple(files) for name, files in staged.items()}),
-        runpaths=MappingProxyType(runpaths),
-        elsewhere=install.elsewhere,
-    )
+        digests = {path: hashed.result() for path, hashed in written.items()}
+        install = _add_sboms(plan, install, roots, staged, sbom, digests)
+    return install
 
 
 # A package -> its name, purl and SBOM path (prefix-relative) in one output format
@@ -305,22 +324,27 @@ def relocate(
     install: InstallPlan,
     runpaths: Mapping[str, tuple[str, ...]],
     roots: Mapping[str, str],
-) -> dict[str, str]:
+    pool: ThreadPoolExecutor,
+) -> dict[str, Future[str]]:
     """Give every shipped binary of `install` the search path the install plan computed:
-    patchelf for ELF, the LC_RPATHs of a Mach-O file (re-signed) where they change. Returns
-    each one's sha256 as written (what its package's SBOM states), hashed in the same worker
-    while the file is fresh in the page cache, beside the other worker's tool process."""
+    patchelf for ELF, the LC_RPATHs of a Mach-O file (re-signed) where they change, on the
+    `pool`'s threads (one tool process each). Returns when every file is written, with each
+    one's sha256 as written (what its package's SBOM states) still being hashed on the
+    pool: the caller's checks overlap it (hashlib releases the GIL)."""
     files = {f.path: f for f in install.files if f.runpath is not None}
 
-    def apply(dest: str) -> tuple[str, str]:
+    def apply(dest: str) -> Path:
         item = files[dest]
         real = Path(roots[item.package]) / dest
         if item.rpaths is not None:
             set_macho_rpaths(real, item.rpaths, runpaths[dest])
         else:
             set_runpath(real, runpaths[dest])
-        with real.open("rb") as handle:
-            return dest, hashlib.file_digest(handle, "sha256").hexdigest()
+        return real
 
-    with ThreadPoolExecutor(max_workers=WORKERS) as pool:  # one tool process per file
-        return dict(pool.map(apply, sorted(runpaths)))
+    def digest(real: Path) -> str:
+        with real.open("rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+
+    written = dict(zip(sorted(runpaths), pool.map(apply, sorted(runpaths)), strict=True))
+    return {dest: pool.submit(digest, real) for dest, real in written.items()}
