@@ -191,6 +191,28 @@ def test_the_resolver_reads_what_readelf_reads(
         ), path
 
 
+def test_the_resolver_names_every_binary_that_needs_a_missing_library(tree: Path) -> None:
+    """The static loader (which maps each staged ELF file rather than reading it) names,
+    with the library one library short of the union, exactly the files binutils says NEED
+    it, and nothing else."""
+    files = {}
+    for package in PACKAGES:
+        for relative in staged_files(tree, package):
+            files[relative.removeprefix(PREFIX + "/")] = tree / package / relative
+    assert find_unresolved(files, frozenset(_allowed())) == []
+    del files["lib/libexecutorch.so"]
+    needers = {
+        relative
+        for relative, path in files.items()
+        if path.read_bytes()[:4] == b"\x7fELF"
+        and "libexecutorch.so" in readelf_dynamic(path)["NEEDED"]
+    }
+    assert len(needers) >= 5, needers
+    problems = find_unresolved(files, frozenset(_allowed()))
+    assert {p.split(" NEEDS ")[0] for p in problems} == needers
+    assert all(" NEEDS libexecutorch.so (searched: " in p for p in problems), problems
+
+
 def test_a_truncated_binary_is_named(tree: Path) -> None:
     """A binary cut short (its dynamic table past the end) is left to pyelftools, which
     names it; the quick reading gives up rather than guess."""
