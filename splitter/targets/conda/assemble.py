@@ -20,7 +20,7 @@ import shutil
 import tarfile
 import zipfile
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -134,37 +134,31 @@ def _tmpdir(directory: str) -> Iterator[None]:
 def channel_record(package: Path) -> dict[str, object]:
     """The package's repodata.json record, made as rattler's index_fs makes it (its
     PackageRecord.from_index_json with the file's size and hashes, plus info/run_exports.json)
-    but without its cost: index_fs reads a .conda a byte at a time; this hashes it in 1 MiB
-    blocks (sha256 in a helper thread beside md5: both release the GIL) and unpacks only the
-    info archive. `indexed_timestamp` is the package's own timestamp, not the wall clock, so
-    the channel is reproducible. Nothing but the package's directory is used: the build's
-    scratch may be going while the last package is finished."""
+    but without its cost: index_fs reads a .conda a byte at a time; here two helper threads
+    hash it, md5 and sha256 at once (hashlib releases the GIL while it hashes), while this
+    thread unpacks only the info archive and makes the record. `indexed_timestamp` is the
+    package's own timestamp, not the wall clock, so the channel is reproducible. Nothing but
+    the package's directory is used: the build's scratch may be going while the last package
+    is finished."""
     from rattler import PackageRecord, RunExportsJson
 
-    sha256, md5 = hashlib.sha256(), hashlib.md5()
-    with package.open("rb") as handle, ThreadPoolExecutor(max_workers=1) as helper:
-        hashed: Future[None] | None = None
-        while block := handle.read(1 << 20):
-            if hashed is not None:
-                hashed.result()
-            hashed = helper.submit(sha256.update, block)
-            md5.update(block)
-        if hashed is not None:
-            hashed.result()
-    with zipfile.ZipFile(package) as archive:
-        info = next(n for n in archive.namelist() if n.startswith("info-"))
-        files = _info_files(archive.read(info))
-    index_json = package.with_name(f".{package.name}.index.json")  # the record's reader's
-    index_json.write_bytes(files["info/index.json"])
-    try:
-        record = PackageRecord.from_index_json(
-            index_json,
-            size=package.stat().st_size,
-            sha256=sha256.hexdigest(),
-            md5=md5.hexdigest(),
-        )
-    finally:
-        index_json.unlink()
+    with ThreadPoolExecutor(max_workers=2) as helpers:
+        md5 = helpers.submit(_file_digest, package, "md5")
+        sha256 = helpers.submit(_file_digest, package, "sha256")
+        with zipfile.ZipFile(package) as archive:
+            info = next(n for n in archive.namelist() if n.startswith("info-"))
+            files = _info_files(archive.read(info))
+        index_json = package.with_name(f".{package.name}.index.json")  # the record's reader's
+        index_json.write_bytes(files["info/index.json"])
+        try:
+            record = PackageRecord.from_index_json(
+                index_json,
+                size=package.stat().st_size,
+                sha256=sha256.result(),
+                md5=md5.result(),
+            )
+        finally:
+            index_json.unlink()
     data: dict[str, object] = json.loads(record.to_json())
     if "info/run_exports.json" in files:
         exports = RunExportsJson.from_str(files["info/run_exports.json"].decode())
@@ -172,6 +166,12 @@ def channel_record(package: Path) -> dict[str, object]:
         data["run_exports"] = {k: list(v) for k in kinds if (v := getattr(exports, k))}
     data["indexed_timestamp"] = data.get("timestamp", 0)
     return data
+
+
+def _file_digest(path: Path, algorithm: str) -> str:
+    """The hex digest of the file at `path` (hashlib.file_digest: read in blocks)."""
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, algorithm).hexdigest()
 
 
 def release_freed_memory() -> None:
