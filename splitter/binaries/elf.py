@@ -9,9 +9,11 @@ error messages), so only table entries count.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import re
 import struct
+from collections.abc import Iterator
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSection
@@ -58,8 +60,25 @@ def analyse_elf(path: str, data: bytes, registrations: bool = True) -> BinaryInf
         raise BinaryError(f"cannot read ELF ({reason}): {path}") from exc
 
 
+@contextlib.contextmanager
+def _reading(data: bytes) -> Iterator[ELFFile]:
+    """pyelftools' reader of `data`, its stream closed on leaving. The reader's objects hold
+    each other in reference cycles, which only a garbage collection frees, and its stream
+    holds `data`: closed, the file's bytes go at once (the 23 MB of a cp311 x86_64 wheel's
+    19 binaries would otherwise wait, 28 MB of the build's peak with collections off)."""
+    stream = io.BytesIO(data)
+    try:
+        yield ELFFile(stream)
+    finally:
+        stream.close()
+
+
 def _analyse(path: str, data: bytes, registrations: bool) -> BinaryInfo:
-    elf = ELFFile(io.BytesIO(data))
+    with _reading(data) as elf:
+        return _analyse_file(path, data, registrations, elf)
+
+
+def _analyse_file(path: str, data: bytes, registrations: bool, elf: ELFFile) -> BinaryInfo:
     machine = elf.header["e_machine"]
     soname, needed, runpath, rpath = "", [], [], []
     # Each section parsed once: pyelftools parses the section headers again on every
@@ -122,13 +141,14 @@ def stamp_layout(path: str, data: bytes) -> tuple[Spans, Spans]:
     (offset, length) spans: what a release compares two copies of a file by
     (splitter.binaries.stamps.compare_strings)."""
     try:
-        sections = list(ELFFile(io.BytesIO(data)).iter_sections())
-        strings = tuple(
-            (s["sh_offset"], s["sh_size"])
-            for s in sections
-            if s.name == ".rodata" and s["sh_type"] != "SHT_NOBITS" and s["sh_size"]
-        )
-        return _build_id_spans(sections), strings
+        with _reading(data) as elf:
+            sections = list(elf.iter_sections())
+            strings = tuple(
+                (s["sh_offset"], s["sh_size"])
+                for s in sections
+                if s.name == ".rodata" and s["sh_type"] != "SHT_NOBITS" and s["sh_size"]
+            )
+            return _build_id_spans(sections), strings
     except (ELFError, struct.error, ValueError, ArithmeticError, AssertionError) as exc:
         reason = str(exc) or f"pyelftools {type(exc).__name__}"
         raise BinaryError(f"cannot read ELF ({reason}): {path}") from exc
@@ -298,18 +318,18 @@ def exported_symbols(path: str, data: bytes) -> frozenset[str]:
     default or protected visibility, not undefined (what `nm -D --defined-only` lists, less
     local and hidden ones); versioned names without their version."""
     try:
-        elf = ELFFile(io.BytesIO(data))
-        symbols = elf.get_section_by_name(".dynsym")
-        if not isinstance(symbols, SymbolTableSection):
-            return frozenset()
-        return frozenset(
-            symbol.name
-            for symbol in symbols.iter_symbols()
-            if symbol.name
-            and symbol["st_shndx"] != "SHN_UNDEF"
-            and symbol["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK", "STB_GNU_UNIQUE")
-            and symbol["st_other"]["visibility"] in ("STV_DEFAULT", "STV_PROTECTED")
-        )
+        with _reading(data) as elf:
+            symbols = elf.get_section_by_name(".dynsym")
+            if not isinstance(symbols, SymbolTableSection):
+                return frozenset()
+            return frozenset(
+                symbol.name
+                for symbol in symbols.iter_symbols()
+                if symbol.name
+                and symbol["st_shndx"] != "SHN_UNDEF"
+                and symbol["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK", "STB_GNU_UNIQUE")
+                and symbol["st_other"]["visibility"] in ("STV_DEFAULT", "STV_PROTECTED")
+            )
     except (ELFError, struct.error, ValueError, ArithmeticError, AssertionError) as exc:
         raise BinaryError(f"cannot read ELF ({exc or type(exc).__name__}): {path}") from exc
 
@@ -318,7 +338,8 @@ def has_debug_info(data: bytes) -> bool:
     """Whether the ELF file `data` has DWARF (a .debug_info section), which abidiff needs to
     compare type layouts; False for anything that does not read as ELF."""
     try:
-        return ELFFile(io.BytesIO(data)).get_section_by_name(".debug_info") is not None
+        with _reading(data) as elf:
+            return elf.get_section_by_name(".debug_info") is not None
     except (ELFError, struct.error, ValueError, ArithmeticError, AssertionError):
         return False
 
