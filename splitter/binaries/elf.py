@@ -62,15 +62,22 @@ def analyse_elf(path: str, data: bytes, registrations: bool = True) -> BinaryInf
 
 @contextlib.contextmanager
 def _reading(data: bytes) -> Iterator[ELFFile]:
-    """pyelftools' reader of `data`, its stream closed on leaving. The reader's objects hold
-    each other in reference cycles, which only a garbage collection frees, and its stream
-    holds `data`: closed, the file's bytes go at once (the 23 MB of a cp311 x86_64 wheel's
-    19 binaries would otherwise wait, 28 MB of the build's peak with collections off)."""
+    """pyelftools' reader of `data`, taken apart on leaving. The reader and its structures
+    hold each other in reference cycles (its structures' parsers are closures over them),
+    which only a garbage collection frees, and its stream holds `data`. Its stream closed
+    and the attributes of both dropped, all of it goes at once: the analysis of a wheel
+    leaves no garbage for the collector (8,284 objects and the 23 MB of a cp311 x86_64
+    wheel's 19 binaries otherwise, held until a collection)."""
     stream = io.BytesIO(data)
+    elf = None
     try:
-        yield ELFFile(stream)
+        elf = ELFFile(stream)
+        yield elf
     finally:
         stream.close()
+        for part in (getattr(elf, "structs", None), elf):
+            if part is not None:
+                vars(part).clear()
 
 
 def _analyse(path: str, data: bytes, registrations: bool) -> BinaryInfo:
