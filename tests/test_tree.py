@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import io
 import json
 import re
 import shutil
@@ -25,9 +26,17 @@ from consumer_tools import (
     pkg_config_flags,
     run_model,
 )
+from elftools.elf.dynamic import DynamicSection
+from elftools.elf.elffile import ELFFile
 
 import splitter.targets.install as install_module
-from splitter.binaries.elf import analyse_elf, exported_symbols, has_debug_info, stamp_layout
+from splitter.binaries.elf import (
+    _dynamic_entries,
+    analyse_elf,
+    exported_symbols,
+    has_debug_info,
+    stamp_layout,
+)
 from splitter.binaries.resolve import find_unresolved
 from splitter.errors import BinaryError, UsageError
 from splitter.model import Plan
@@ -157,8 +166,9 @@ def readelf_dynamic(path: Path) -> dict[str, list[str]]:
 def test_the_resolver_reads_what_readelf_reads(
     tree: Path, real_plan: Plan, real_wheel_aarch64: Path
 ) -> None:
-    """The resolver's reading of each relocated binary (program headers only) is binutils'
-    and pyelftools' reading of it, for the x86-64 tree and for the aarch64 wheel's files."""
+    """The resolver's reading of each relocated binary (program headers only), which the
+    full analysis takes too, is binutils' and pyelftools' reading of it, for the x86-64 tree
+    and for the aarch64 wheel's files."""
     files = [
         tree / package / relative
         for package in PACKAGES
@@ -185,12 +195,12 @@ def test_the_resolver_reads_what_readelf_reads(
         assert ":".join(quick.runpath) == "".join(dynamic["RUNPATH"]), path
         assert ":".join(quick.rpath) == "".join(dynamic["RPATH"]), path
         assert quick.machine == full.machine in ("EM_X86_64", "EM_AARCH64"), path
-        assert (quick.soname, quick.needed, quick.runpath, quick.rpath) == (
-            full.soname,
-            full.needed,
-            full.runpath,
-            full.rpath,
-        ), path
+        linkage = (quick.soname, quick.needed, quick.runpath, quick.rpath)
+        assert (full.soname, full.needed, full.runpath, full.rpath) == linkage, path
+        with io.BytesIO(data) as stream:  # pyelftools' own reading of the dynamic section
+            dynamic = ELFFile(stream).get_section_by_name(".dynamic")
+            assert isinstance(dynamic, DynamicSection)
+            assert _dynamic_entries(dynamic) == linkage, path
 
 
 def test_the_resolver_names_every_binary_that_needs_a_missing_library(tree: Path) -> None:

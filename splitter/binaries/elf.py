@@ -20,7 +20,12 @@ from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 from elftools.elf.hash import GNUHashSection
 from elftools.elf.relocation import RelocationSection
-from elftools.elf.sections import NoteSection, Section, SymbolTableSection
+from elftools.elf.sections import (
+    NoteSection,
+    Section,
+    StringTableSection,
+    SymbolTableSection,
+)
 
 from splitter.binaries.stamps import Spans, unstamped_digest
 from splitter.binaries.tables import Image, make_image, table_operators
@@ -87,7 +92,6 @@ def _analyse(path: str, data: bytes, registrations: bool) -> BinaryInfo:
 
 def _analyse_file(path: str, data: bytes, registrations: bool, elf: ELFFile) -> BinaryInfo:
     machine = elf.header["e_machine"]
-    soname, needed, runpath, rpath = "", [], [], []
     # Each section parsed once: pyelftools parses the section headers again on every
     # iter_sections and name lookup.
     sections = list(elf.iter_sections())
@@ -99,19 +103,22 @@ def _analyse_file(path: str, data: bytes, registrations: bool, elf: ELFFile) -> 
         raise BinaryError(
             f"ELF file has no dynamic section (static binaries are not supported): {path}"
         )
-    for tag in dynamic.iter_tags():
-        kind = tag.entry.d_tag
-        if kind not in ("DT_NEEDED", "DT_SONAME", "DT_RUNPATH", "DT_RPATH"):
-            continue
-        value = str(vars(tag)[kind[3:].lower()])  # pyelftools sets .needed, .soname, ...
-        if kind == "DT_NEEDED":
-            needed.append(value)
-        elif kind == "DT_SONAME":
-            soname = value
-        elif kind == "DT_RUNPATH":
-            runpath = [p for p in value.split(":") if p]
-        else:
-            rpath = [p for p in value.split(":") if p]
+    # The linking facts as ld.so reads them (_linkage: 0.4 ms for a wheel's 19 binaries,
+    # where pyelftools' tag objects took 5-6 ms), or pyelftools' where _linkage gives up.
+    # The section's link to its strings is checked as pyelftools' reading would check it.
+    link = dynamic["sh_link"]
+    if not (0 < link < len(sections) and isinstance(sections[link], StringTableSection)):
+        raise BinaryError(f"cannot read ELF (.dynamic links no string table): {path}")
+    linkage = _linkage(path, data)
+    if linkage is not None:
+        soname, needed, runpath, rpath = (
+            linkage.soname,
+            linkage.needed,
+            linkage.runpath,
+            linkage.rpath,
+        )
+    else:
+        soname, needed, runpath, rpath = _dynamic_entries(dynamic)
 
     registry = Registry.NONE
     operators: tuple[str, ...] = ()
@@ -141,6 +148,27 @@ def _analyse_file(path: str, data: bytes, registrations: bool, elf: ELFFile) -> 
         operators_known=known,
         unstamped_sha256=unstamped_digest(data, _build_id_spans(sections)),
     )
+
+
+def _dynamic_entries(
+    dynamic: DynamicSection,
+) -> tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(SONAME, NEEDED, RUNPATH, RPATH) as pyelftools reads the dynamic section."""
+    soname, needed, runpath, rpath = "", [], [], []
+    for tag in dynamic.iter_tags():
+        kind = tag.entry.d_tag
+        if kind not in ("DT_NEEDED", "DT_SONAME", "DT_RUNPATH", "DT_RPATH"):
+            continue
+        value = str(vars(tag)[kind[3:].lower()])  # pyelftools sets .needed, .soname, ...
+        if kind == "DT_NEEDED":
+            needed.append(value)
+        elif kind == "DT_SONAME":
+            soname = value
+        elif kind == "DT_RUNPATH":
+            runpath = [p for p in value.split(":") if p]
+        else:
+            rpath = [p for p in value.split(":") if p]
+    return soname, tuple(needed), tuple(runpath), tuple(rpath)
 
 
 def stamp_layout(path: str, data: bytes) -> tuple[Spans, Spans]:
