@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import cache
 
 from splitter.model import Rule
@@ -32,18 +33,32 @@ def compile_glob(glob: str) -> re.Pattern[str]:
     return re.compile("".join(out))
 
 
+Match = Callable[[str], object]  # a compiled pattern's fullmatch
+
+
 @dataclass(frozen=True, slots=True)
 class Selector:
     """Matches paths against every rule; rules never shadow each other."""
 
     rules: tuple[Rule, ...]
+    # Each rule with its globs' and excludes' matchers, looked up once: claims runs for every
+    # path of a wheel against every rule, and a cached look-up hashes the whole rule.
+    _matching: tuple[tuple[Rule, Match, Match], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        matching = tuple(
+            (rule, globs.fullmatch, excludes.fullmatch)
+            for rule in self.rules
+            for globs, excludes in [_matchers(rule)]
+        )
+        object.__setattr__(self, "_matching", matching)
 
     def claims(self, path: str) -> tuple[Rule, ...]:
         """Every rule whose globs match `path` and whose excludes do not."""
         return tuple(
             rule
-            for rule in self.rules
-            if (matchers := _matchers(rule))[0].fullmatch(path) and not matchers[1].fullmatch(path)
+            for rule, globs, excludes in self._matching
+            if globs(path) is not None and excludes(path) is None
         )
 
 
