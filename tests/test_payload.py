@@ -10,6 +10,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from builders import METADATA, WHEEL, make_wheel, replace_member
@@ -97,6 +98,37 @@ def test_a_wheel_rewritten_in_place_is_refused(tmp_path: Path) -> None:
         with pytest.raises(InvalidWheel, match="the wheel changed after it was verified") as caught:
             payload.read("executorch/b.py")
     assert str(caught.value).endswith(": executorch/b.py")
+
+
+def test_the_plan_and_the_staging_parse_the_directory_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan's reading of a wheel and the staging's re-reading take one parse of its
+    central directory (open_archive keeps the last open); a wheel changed in between is
+    opened again, and its changed member is named."""
+    path = make_wheel(tmp_path, {"executorch/a.py": b"x = 1\n", "executorch/b.py": b"y = 2\n"})
+    opened: list[str] = []
+
+    class Counted(zipfile.ZipFile):
+        def __init__(self, file: Any, *args: Any, **kwargs: Any) -> None:
+            opened.append(os.fspath(file))
+            super().__init__(file, *args, **kwargs)
+
+    monkeypatch.setattr(zipfile, "ZipFile", Counted)
+    wheel = read_wheel(path)
+    root = tmp_path / "out"
+    root.mkdir()
+    extract(wheel, [(e.path, str(root / e.path.replace("/", "_"))) for e in wheel.entries])
+    assert opened == [str(path)]
+    replace_member(path, "executorch/b.py", b"y = 3\n")
+    opened.clear()  # the rewrite's own zip files
+    with Payload(wheel) as payload:
+        assert payload.read("executorch/a.py") == b"x = 1\n"
+        with pytest.raises(
+            InvalidWheel, match=r"changed after it was verified.*: executorch/b\.py"
+        ):
+            payload.read("executorch/b.py")
+    assert opened == [str(path)]  # changed since: parsed again
 
 
 def test_a_narrow_read_ahead_window_gives_the_same_verified_files(

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 
 from splitter.errors import InvalidWheel
-from splitter.input.zipread import BIG, MemberRead, read_member
+from splitter.input.zipread import BIG, MemberRead, open_archive, read_member
 from splitter.model import Progress, WheelInfo
 
 
@@ -32,7 +32,7 @@ class Payload:
 
     def __enter__(self) -> Payload:
         try:
-            self._archive = zipfile.ZipFile(self.wheel.path)
+            self._archive = open_archive(self.wheel.path)  # the plan's, unless it changed
             self._descriptor = os.open(self.wheel.path, os.O_RDONLY | os.O_CLOEXEC)
         except (OSError, zipfile.BadZipFile) as exc:
             self.__exit__(None, None, None)
@@ -45,9 +45,7 @@ class Payload:
         value: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if self._archive is not None:
-            self._archive.close()
-            self._archive = None
+        self._archive = None  # open_archive's: it closes it
         if self._descriptor >= 0:
             os.close(self._descriptor)
             self._descriptor = -1

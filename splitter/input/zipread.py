@@ -68,6 +68,38 @@ class Fingerprint(NamedTuple):
     digest: bytes
 
 
+def open_archive(path: str | os.PathLike[str]) -> zipfile.ZipFile:
+    """The zip at `path`, its central directory parsed: the one opened last is kept open
+    (closed when another is opened), so that the plan's verification of a wheel
+    (splitter.input.wheel), the staging that follows (splitter.input.payload) and a
+    progress bar's count of its members parse it once, not three times (17 ms each for
+    the 5,308 members of a cp311 x86_64 wheel). A file changed since it was opened (another
+    inode, size or time) is opened again. Callers do not close it. Their reads go through
+    descriptors of their own (pread), which see the file as it is now: every byte is checked
+    against its local header and the digests the caller trusts, whatever the directory."""
+    stat = os.stat(path)
+    key = (
+        os.fspath(path),
+        stat.st_dev,
+        stat.st_ino,
+        stat.st_size,
+        stat.st_mtime_ns,
+        stat.st_ctime_ns,
+    )
+    with _OPEN_LOCK:
+        if _OPEN and _OPEN[0][0] == key:
+            return _OPEN[0][1]
+        archive = zipfile.ZipFile(path)
+        if _OPEN:
+            _OPEN.pop()[1].close()
+        _OPEN.append((key, archive))
+        return archive
+
+
+_OPEN: list[tuple[tuple[object, ...], zipfile.ZipFile]] = []  # the archive opened last
+_OPEN_LOCK = threading.Lock()
+
+
 def fingerprint(info: zipfile.ZipInfo, read: MemberRead) -> Fingerprint:
     """The fingerprint of `info`, read (with `stored`) as `read`."""
     assert read.stored, "read with stored=True"

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from splitter.input.fetch import resolve_input, resolve_inputs
+from splitter.input.zipread import open_archive
 from splitter.model import Plan, Progress, Recipe
 from splitter.plan.make import make_plan
 from splitter.plan.recipe import load_recipe
@@ -89,7 +90,7 @@ def _member_names(path: Path) -> list[str]:
     """Member names of a zip, for a progress total; empty when it cannot be read (the plan
     reports that properly)."""
     try:
-        with zipfile.ZipFile(path) as archive:
-            return [n for n in archive.namelist() if not n.endswith("/")]
+        archive = open_archive(path)  # the plan's reading takes it again (open_archive)
+        return [n for n in archive.namelist() if not n.endswith("/")]
     except (OSError, zipfile.BadZipFile):
         return []
