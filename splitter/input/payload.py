@@ -32,7 +32,7 @@ class Payload:
 
     def __enter__(self) -> Payload:
         try:
-            self._archive = open_archive(self.wheel.path)  # the plan's, unless it changed
+            self._archive = open_archive(self.wheel.path, keep=False)  # the plan's, if the same
             self._descriptor = os.open(self.wheel.path, os.O_RDONLY | os.O_CLOEXEC)
         except (OSError, zipfile.BadZipFile) as exc:
             self.__exit__(None, None, None)
@@ -45,7 +45,9 @@ class Payload:
         value: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self._archive = None  # open_archive's: it closes it
+        if self._archive is not None:
+            self._archive.close()
+            self._archive = None
         if self._descriptor >= 0:
             os.close(self._descriptor)
             self._descriptor = -1

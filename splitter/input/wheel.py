@@ -82,7 +82,7 @@ def read_wheel(
         # while the members are read: hashlib releases the GIL.
         with ThreadPoolExecutor(max_workers=1) as hasher:
             file_sha = hasher.submit(_file_sha256, path)
-            archive = _open_zip(path)  # kept open for the staging that follows
+            archive = _open_zip(path)  # kept open for the staging that follows: not closed
             return _read_archive(path, archive, file_sha, visit, wants, known)
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
         raise InvalidWheel(f"corrupt or truncated wheel ({exc}): {path}") from exc
@@ -97,7 +97,7 @@ def _file_sha256(path: Path) -> str:
 
 def _open_zip(path: Path) -> zipfile.ZipFile:
     try:
-        return open_archive(path)
+        return open_archive(path, keep=True)
     except UnicodeDecodeError as exc:  # general purpose flag bit 11 promises UTF-8 names
         reason = f"an entry name flagged UTF-8 is not: {exc.reason}"
         raise InvalidWheel(f"corrupt or truncated wheel ({reason}): {path}") from exc

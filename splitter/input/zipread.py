@@ -68,14 +68,15 @@ class Fingerprint(NamedTuple):
     digest: bytes
 
 
-def open_archive(path: str | os.PathLike[str]) -> zipfile.ZipFile:
-    """The zip at `path`, its central directory parsed: the one opened last is kept open
-    (closed when another is opened), so that the plan's verification of a wheel
-    (splitter.input.wheel), the staging that follows (splitter.input.payload) and a
-    progress bar's count of its members parse it once, not three times (17 ms each for
-    the 5,308 members of a cp311 x86_64 wheel). A file changed since it was opened (another
-    inode, size or time) is opened again. Callers do not close it. Their reads go through
-    descriptors of their own (pread), which see the file as it is now: every byte is checked
+def open_archive(path: str | os.PathLike[str], keep: bool) -> zipfile.ZipFile:
+    """The zip at `path`, its central directory parsed once for the plan and the staging
+    of a wheel (17 ms for the 5,308 members of a cp311 x86_64 wheel). With `keep` (the
+    plan's verification, splitter.input.wheel, and a progress bar's count of members), it
+    stays open when the caller is done, for the next caller to take; it is not the caller's
+    to close. Without (splitter.input.payload, the staging's re-read), the one kept is
+    handed over if it is still the file at `path` (the same inode, size and times), or
+    another is opened: the caller closes it. Either way the reads go through descriptors
+    of the callers' own (pread), which see the file as it is now: every byte is checked
     against its local header and the digests the caller trusts, whatever the directory."""
     stat = os.stat(path)
     key = (
@@ -86,18 +87,22 @@ def open_archive(path: str | os.PathLike[str]) -> zipfile.ZipFile:
         stat.st_mtime_ns,
         stat.st_ctime_ns,
     )
-    with _OPEN_LOCK:
-        if _OPEN and _OPEN[0][0] == key:
-            return _OPEN[0][1]
+    with _KEPT_LOCK:
+        if _KEPT and _KEPT[0][0] == key:
+            archive = _KEPT[0][1]
+            if not keep:
+                _KEPT.clear()  # handed over
+            return archive
         archive = zipfile.ZipFile(path)
-        if _OPEN:
-            _OPEN.pop()[1].close()
-        _OPEN.append((key, archive))
+        if keep:
+            # the one kept before is dropped, not closed: a caller may still be reading
+            # it, and it closes itself when its last reference goes
+            _KEPT[:] = [(key, archive)]
         return archive
 
 
-_OPEN: list[tuple[tuple[object, ...], zipfile.ZipFile]] = []  # the archive opened last
-_OPEN_LOCK = threading.Lock()
+_KEPT: list[tuple[tuple[object, ...], zipfile.ZipFile]] = []  # at most one, see open_archive
+_KEPT_LOCK = threading.Lock()
 
 
 def fingerprint(info: zipfile.ZipInfo, read: MemberRead) -> Fingerprint:

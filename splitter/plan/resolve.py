@@ -90,7 +90,7 @@ def _member_names(path: Path) -> list[str]:
     """Member names of a zip, for a progress total; empty when it cannot be read (the plan
     reports that properly)."""
     try:
-        archive = open_archive(path)  # the plan's reading takes it again (open_archive)
+        archive = open_archive(path, keep=True)  # the plan's reading takes it again
         return [n for n in archive.namelist() if not n.endswith("/")]
     except (OSError, zipfile.BadZipFile):
         return []
