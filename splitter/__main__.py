@@ -20,16 +20,16 @@ def main() -> None:
     collects the youngest objects after GC_THRESHOLD allocations, not CPython's 700: a
     build's objects (members, plans, install plans, SBOMs) are tens of thousands of
     containers that mostly live until the build ends, and it makes few garbage cycles
-    (pyelftools' readers are taken apart: splitter.binaries.elf), so the default collected
-    248 times in a single wheel's build to free next to nothing (23-26 ms of the build
-    process; mypy raises its threshold for the same reason). What cycles there are are
-    still collected, at the threshold: 0.5 MB of them at the end of a 15-wheel release."""
+    (pyelftools' readers are taken apart: splitter.binaries.elf), so the default threshold
+    has it collect hundreds of times to free next to nothing (mypy raises its threshold for
+    the same reason; docs/performance.md). What cycles there are are still collected, at
+    the threshold."""
     import gc
 
     from splitter.tools import one_malloc_arena
 
     one_malloc_arena()
-    gc.set_threshold(*GC_THRESHOLD)  # the imports too: 84 of the 248 collections were theirs
+    gc.set_threshold(*GC_THRESHOLD)  # before the imports, which allocate as much as a build
     from splitter.cli.app import main as cli_main
 
     gc.freeze()

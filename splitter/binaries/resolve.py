@@ -69,8 +69,8 @@ def find_unresolved(
 def _linkage_of(relative: str, real: str | Path) -> BinaryInfo:
     """The dynamic-linking facts of the staged file `real`. An ELF file is mapped, not read:
     its program headers, dynamic table and strings are a few pages of a file of megabytes
-    (the export's _C extension), and the union is checked on every build (3-4 ms of the
-    single wheel's 23 MB of binaries). A Mach-O file is read whole, as its reader takes it."""
+    (the export's _C extension), and the union is checked on every build. A Mach-O file is
+    read whole, as its reader takes it."""
     with open(real, "rb") as handle:
         head = handle.read(4)
         if is_macho(head) or not head:

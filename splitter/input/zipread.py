@@ -69,11 +69,11 @@ class Fingerprint(NamedTuple):
 
 
 def open_archive(path: str | os.PathLike[str], keep: bool) -> zipfile.ZipFile:
-    """The zip at `path`, its central directory parsed once for the plan and the staging
-    of a wheel (17 ms for the 5,308 members of a cp311 x86_64 wheel). With `keep` (the
-    plan's verification, splitter.input.wheel, and a progress bar's count of members), it
-    stays open when the caller is done, for the next caller to take; it is not the caller's
-    to close. Without (splitter.input.payload, the staging's re-read), the one kept is
+    """The zip at `path`, its central directory (thousands of members, parsed in Python)
+    parsed once for the plan and the staging of a wheel. With `keep` (the plan's
+    verification, splitter.input.wheel, and a progress bar's count of members), it stays
+    open when the caller is done, for the next caller to take; it is not the caller's to
+    close. Without (splitter.input.payload, the staging's re-read), the one kept is
     handed over if it is still the file at `path` (the same inode, size and times), or
     another is opened: the caller closes it. Either way the reads go through descriptors
     of the callers' own (pread), which see the file as it is now: every byte is checked

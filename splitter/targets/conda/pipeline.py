@@ -153,7 +153,7 @@ class Pipeline:
         group.variants.append(variant)
         self._queue(wheel, tuple(p for p in mine if p.name not in shared))
         # The recipes after the queue: the workers pack meanwhile (a single wheel's export,
-        # the last package to finish, starts 9 ms earlier).
+        # the last package to finish, starts before them).
         if self.single:
             write_recipes(plan, staged.install, self.build / "recipes", builds)
         else:
