@@ -133,3 +133,10 @@ class ManifestError(SplitterError):
     """A build output's manifest is missing or unreadable, or the output is not what it lists."""
 
     exit_code = 14
+
+
+class LicenceError(SplitterError):
+    """A shipped file's licence is not settled by the recipe: the scanner found a licence no
+    reviewed entry covers, or an exclusion would drop a binary."""
+
+    exit_code = 15

@@ -198,7 +198,69 @@ class ThirdParty:
     license_text: bytes = field(repr=False)  # the copy, verbatim
     symbols: tuple[str, ...]
     paths: tuple[str, ...] = ()
+    # literal byte strings that prove its code is linked into a binary even where nothing of
+    # it is exported (hidden visibility): build paths, typeinfo names, ABI tags
+    strings: tuple[str, ...] = ()
+    supplier: str = ""  # who distributes it (the NTIA minimum elements' supplier)
+    version: str = ""  # the release or commit ExecuTorch pins, as upstream names it
+    purl: str = ""  # its package URL at that version
+    cpe: str = ""  # its CPE 2.3 name, where NVD has a product for it
+    notice_file: str = ""  # its NOTICE copied beside the recipe, where upstream has one
+    notice_text: bytes = field(default=b"", repr=False)
     line: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Conclusion:
+    """A reviewer's licence for files whose own notices do not settle it (a notice that
+    mentions another licence, a file copied from another project), with the reason."""
+
+    paths: tuple[str, ...]  # globs over wheel paths (fnmatch: `*` crosses `/`)
+    license: str  # the SPDX expression the files are under
+    reason: str
+    line: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Exclusion:
+    """Files no package needs at run time that the packager does not ship (Debian's
+    Files-Excluded): dropped from every package, listed as excluded with the reason."""
+
+    paths: tuple[str, ...]  # globs over wheel paths (fnmatch: `*` crosses `/`)
+    reason: str
+    line: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Evidence:
+    """What a licence scanner found in one file's bytes."""
+
+    licenses: tuple[str, ...]  # each detection's SPDX expression, sorted, once each
+    copyrights: tuple[str, ...]  # each copyright statement, in the file's order, once each
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FileLicence:
+    """The licence concluded for one shipped file, with its evidence and its basis."""
+
+    path: str  # wheel path
+    package: str
+    concluded: str  # an SPDX expression
+    detected: tuple[str, ...]  # the scanner's SPDX expressions for the file ("": a binary)
+    copyrights: tuple[str, ...]
+    # why: "project" (its own code), "component:<name>" (a vendored tree or linked code),
+    # "conclusion:<index>" (the recipe's [[license_conclusion]])
+    basis: str
+    covered: bool = True  # every detected licence is one of the concluded expression's
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExcludedFile:
+    """A wheel file no package ships, by the recipe's [[exclude]]."""
+
+    path: str
+    reason: str
+    detected: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -213,6 +275,8 @@ class ComponentFound:
     patterns: tuple[tuple[str, int], ...]
     # the recipe's path patterns that match the file itself
     paths: tuple[str, ...] = ()
+    # (literal string, occurrences) of the component's strings found in the binary's bytes
+    strings: tuple[tuple[str, int], ...] = ()
 
     @property
     def symbols(self) -> int:
@@ -301,6 +365,14 @@ class Recipe:
     together: tuple[Together, ...] = ()
     third_party: tuple[ThirdParty, ...] = ()  # [[third_party]], in recipe order
     headers_not_alone: tuple[HeaderNotAlone, ...] = ()  # [[headers_not_alone]]
+    conclusions: tuple[Conclusion, ...] = ()  # [[license_conclusion]], in recipe order
+    exclusions: tuple[Exclusion, ...] = ()  # [[exclude]], in recipe order
+    # the licence scan of the files the recipe was reviewed against (splitter.input.scan)
+    scan_file: Path | None = None
+    # SPDX licence and exception id -> its text as the SPDX licence list has it, copied
+    # verbatim beside the recipe (licenses/spdx/<id>.txt): the text of a concluded licence
+    # that no component's text and not the project's is
+    standard_texts: tuple[tuple[str, bytes], ...] = field(default=(), repr=False)
 
     def is_system(self, name: str) -> bool:
         """Whether the platform provides the library a binary loads as `name`."""
@@ -399,6 +471,10 @@ class Plan:
     third_party: tuple[ComponentFound, ...] = ()
     # the recipe's third-party components found in no file of this wheel
     third_party_missing: tuple[str, ...] = ()
+    # every shipped file's concluded licence, by path (splitter.plan.conclude)
+    licences: tuple[FileLicence, ...] = ()
+    # the wheel files the recipe excludes from every package, by path
+    excluded: tuple[ExcludedFile, ...] = ()
 
     def package(self, name: str) -> PackagePlan:
         """The package called `name`."""

@@ -24,6 +24,7 @@ from splitter.cli.console import (
     verify_table,
 )
 from splitter.cli.graph import GraphFormat, render_graph
+from splitter.cli.licences import licences
 from splitter.errors import SplitterError, UsageError
 from splitter.manifest import NAME as MANIFEST
 from splitter.model import CondaBackend, Only, Rpath, Target
@@ -103,6 +104,9 @@ def main_options(
 ) -> None:
     """splitter: one plan from the wheel and a recipe, rendered by small targets."""
     ctx.obj = GlobalOptions(quiet=quiet, verbose=verbose)
+
+
+app.add_typer(licences, name="licences")
 
 
 def show_progress(ctx: typer.Context, quiet: bool, as_json: bool) -> bool:

@@ -8,7 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from splitter.errors import LicenceError
 from splitter.model import ComponentFound, Plan, ThirdParty
+from splitter.plan.recipethird import terms
 
 UNKNOWN = "LicenseRef-unknown"  # a wheel that states no licence: say so, do not guess
 
@@ -24,13 +26,12 @@ class LicenceText:
     data: bytes
 
 
-def package_terms(
-    project: str, components: tuple[ThirdParty, ...], found: Iterable[ComponentFound], package: str
-) -> tuple[str, tuple[str, ...]]:
-    """`package`'s SPDX expression and the components found in its files (recipe order)."""
+def held_components(
+    components: tuple[ThirdParty, ...], found: Iterable[ComponentFound], package: str
+) -> tuple[str, ...]:
+    """The components found in `package`'s files, in recipe order."""
     mine = {f.component for f in found if f.package == package}
-    names = tuple(c.name for c in components if c.name in mine)
-    return expression(project, components, names), names
+    return tuple(c.name for c in components if c.name in mine)
 
 
 def expression(project: str, components: tuple[ThirdParty, ...], names: Iterable[str]) -> str:
@@ -53,26 +54,56 @@ def _term(licence: str, count: int) -> str:
 
 def licence_texts(plan: Plan, package: str) -> tuple[LicenceText, ...]:
     """The licence texts `package` ships: the wheel's own licence files (under their own
-    names) and, for each third-party component it holds, that component's text as copied
-    from upstream, named `<component>-<file>` as the recipe keeps it; each as its source has
-    it, byte for byte."""
+    names); for each third-party component it holds, that component's text (and NOTICE) as
+    copied from upstream, named `<component>-<file>` as the recipe keeps them; and for every
+    other licence of its expression, the SPDX licence list's text (`<id>.txt`); each as its
+    source has it, byte for byte."""
     texts = [
         LicenceText(name=member.rsplit("/", 1)[-1], component="", origin=member, data=data)
         for member, data in zip(plan.wheel.license_files, plan.wheel.license_texts, strict=True)
     ]
-    chosen = set(plan.package(package).third_party)
+    spec = plan.package(package)
+    chosen = set(spec.third_party)
+    covered = set(terms(plan.wheel.license or ""))
     for component in plan.recipe.third_party:
         if component.name not in chosen:
             continue
-        texts.append(
-            LicenceText(
-                name=component.license_file.rsplit("/", 1)[-1],
-                component=component.name,
-                origin=(
-                    f"{component.license_file} (https://github.com/{component.license_repo}"
-                    f"/blob/{component.license_revision}/{component.license_path})"
-                ),
-                data=component.license_text,
+        covered.update(terms(component.license))
+        texts.append(_copied(component, component.license_file, component.license_text))
+        if component.notice_file:
+            texts.append(_copied(component, component.notice_file, component.notice_text))
+    standard = dict(plan.recipe.standard_texts)
+    for term in terms(spec.license):
+        if term in covered:
+            continue
+        for part in term.split(" WITH "):
+            if any(t.name == f"{part}.txt" for t in texts):
+                continue
+            if part not in standard:
+                raise LicenceError(
+                    f"no text for {part} (in {package}'s licence {spec.license}): "
+                    f"{plan.recipe.path.parent / 'licenses' / 'spdx' / f'{part}.txt'}\n"
+                    "copy it there byte for byte from the SPDX licence list "
+                    "(https://github.com/spdx/license-list-data, text/<id>.txt)"
+                )
+            texts.append(
+                LicenceText(
+                    name=f"{part}.txt",
+                    component="",
+                    origin=f"licenses/spdx/{part}.txt (the SPDX licence list's text)",
+                    data=standard[part],
+                )
             )
-        )
     return tuple(texts)
+
+
+def _copied(component: ThirdParty, local: str, data: bytes) -> LicenceText:
+    return LicenceText(
+        name=local.rsplit("/", 1)[-1],
+        component=component.name,
+        origin=(
+            f"{local} (https://github.com/{component.license_repo}"
+            f"/blob/{component.license_revision}/{component.license_path})"
+        ),
+        data=data,
+    )

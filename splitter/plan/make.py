@@ -19,6 +19,7 @@ from splitter.errors import (
     RecipeError,
     UnsupportedWheel,
 )
+from splitter.input.scan import gather
 from splitter.input.wheel import Known, read_wheel
 from splitter.model import (
     BinaryInfo,
@@ -29,13 +30,14 @@ from splitter.model import (
     Recipe,
     WheelInfo,
 )
+from splitter.plan.conclude import check_reviewed, conclude, excluded_files, join_all
 from splitter.plan.declared import HEADER_SUFFIXES, api_symbols, identifiers, undeclared
 from splitter.plan.exclusive import check_verdicts_against_depends, judge_exclusive
 from splitter.plan.facts import conda_requirements, decide_platform
 from splitter.plan.layout import INCLUDE, LIB, check_together
-from splitter.plan.licences import package_terms
+from splitter.plan.licences import UNKNOWN, held_components, licence_texts
 from splitter.plan.selector import Selector
-from splitter.plan.thirdparty import Matcher, found_in, missing, path_hits
+from splitter.plan.thirdparty import Matcher, found_in, missing, path_hits, string_hits
 
 VERSION_FILE = "executorch/version.py"
 # PEP 440 characters only: the value lands in CMake comments and package metadata verbatim.
@@ -47,13 +49,17 @@ def make_plan(
     recipe: Recipe,
     progress: Progress | None = None,
     known: Known | None = None,
+    review: bool = False,
 ) -> Plan:
-    """Read and verify the wheel, analyse its binaries and decide the split; writes nothing.
-    `known`: the members the release's earlier plans verified (see read_wheel)."""
+    """Read and verify the wheel, analyse its binaries and decide the split; writes nothing
+    but the licence scan's cache. `known`: the members the release's earlier plans verified
+    (see read_wheel). `review`: files whose licence is not settled are marked in the plan's
+    licences (for the review worksheet) rather than refused."""
     binaries: list[BinaryInfo] = []
     build_version: list[str] = []
     matcher = Matcher(recipe.third_party)
     counts: dict[str, dict[tuple[str, str], int]] = {}
+    marks: dict[str, dict[str, list[tuple[str, int]]]] = {}  # binary -> component strings
     api: dict[str, tuple[str, ...]] = {}  # C++ library -> its exports in ExecuTorch's namespace
     named: set[bytes] = set()  # the identifiers of every shipped header
     seen = 0
@@ -74,6 +80,9 @@ def make_plan(
             hits = matcher.count(names)
             if hits:
                 counts[path] = hits
+            found = string_hits(recipe.third_party, data)
+            if found:
+                marks[path] = found
             if path.startswith(LIB):
                 api[path] = api_symbols(names)
         elif _is_header(path):
@@ -87,7 +96,10 @@ def make_plan(
     check_supported(wheel, recipe)
     platform = decide_platform(wheel)
     conda_requires = conda_requirements(wheel, recipe, platform)
-    owners = assign_owners(wheel, recipe)
+    loadable = [b.path for b in binaries]
+    evidence = gather(wheel, loadable, recipe.scan_file, progress)
+    excluded = excluded_files(wheel, recipe.exclusions, loadable, evidence)
+    owners = assign_owners(wheel, recipe, frozenset(e.path for e in excluded))
     check_together(wheel, recipe, owners)
     check_components(wheel, recipe)
     by_path = {b.path: b for b in binaries}
@@ -106,14 +118,20 @@ def make_plan(
     )
     sizes = {e.path: e.size for e in wheel.entries}
     paths = path_hits(recipe.third_party, (e.path for e in wheel.entries))
-    third_party = found_in(matcher, counts, paths, owners)
+    third_party = found_in(matcher, counts, paths, owners, marks)
+    licences = conclude(
+        wheel, owners, recipe.third_party, recipe.conclusions, third_party, loadable, evidence
+    )
+    if not review:
+        check_reviewed(wheel, licences)
     linkable = undeclared(api, named)
     packages = []
     for spec in recipe.packages:
         files = tuple(sorted(p for p, (pkg, _) in owners.items() if pkg == spec.name))
         lib_names = {p.removeprefix(LIB) for p in files if p.startswith(LIB)}
-        license, components = package_terms(
-            wheel.license, recipe.third_party, third_party, spec.name
+        components = held_components(recipe.third_party, third_party, spec.name)
+        license = join_all(
+            [wheel.license or UNKNOWN, *(f.concluded for f in licences if f.package == spec.name)]
         )
         packages.append(
             PackagePlan(
@@ -140,7 +158,7 @@ def make_plan(
                 undeclared=tuple((p, n) for p, n in linkable if owners[p][0] == spec.name),
             )
         )
-    return Plan(
+    plan = Plan(
         wheel=wheel,
         recipe=recipe,
         packages=tuple(packages),
@@ -152,7 +170,12 @@ def make_plan(
         component_libraries=component_libraries,
         third_party=third_party,
         third_party_missing=missing(recipe.third_party, third_party),
+        licences=licences,
+        excluded=excluded,
     )
+    for package in plan.packages:
+        licence_texts(plan, package.name)  # every licence has its text, or LicenceError
+    return plan
 
 
 def _is_header(path: str) -> bool:
@@ -184,8 +207,11 @@ def check_supported(wheel: WheelInfo, recipe: Recipe) -> None:
         )
 
 
-def assign_owners(wheel: WheelInfo, recipe: Recipe) -> dict[str, tuple[str, int]]:
-    """Map every wheel path to (package, rule index); all problems are raised at once."""
+def assign_owners(
+    wheel: WheelInfo, recipe: Recipe, excluded: frozenset[str] = frozenset()
+) -> dict[str, tuple[str, int]]:
+    """Map every wheel path but the `excluded` ones to (package, rule index); all problems
+    are raised at once. A rule that claims only excluded files still counts as used."""
     rules = tuple(rule for rule in recipe.rules if rule.applies(wheel.platform_tag))
     selector = Selector(rules)
     owners: dict[str, tuple[str, int]] = {}
@@ -196,6 +222,8 @@ def assign_owners(wheel: WheelInfo, recipe: Recipe) -> dict[str, tuple[str, int]
     for entry in wheel.entries:
         claims = selector.claims(entry.path)
         used.update(rule.index for rule in claims)
+        if entry.path in excluded:
+            continue
         packages = {rule.package for rule in claims}
         if not claims:
             unowned.append(entry.path)

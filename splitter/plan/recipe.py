@@ -28,7 +28,13 @@ from splitter.plan.recipetext import Source, check_keys, not_toml
 from splitter.plan.recipetext import required as _get
 from splitter.plan.recipetext import strings as _strings
 from splitter.plan.recipetext import typed as _typed
-from splitter.plan.recipethird import read_third_party
+from splitter.plan.recipethird import (
+    read_conclusions,
+    read_exclusions,
+    read_third_party,
+    scan_file,
+    standard_texts,
+)
 
 DEFAULT_RECIPE = "executorch.toml"
 SCHEMAS = (1,)  # the `[recipe] schema` versions this loader reads
@@ -217,6 +223,10 @@ def _build(source: Source, doc: dict[str, Any]) -> Recipe:
         together=_together(source, doc),
         headers_not_alone=_headers_not_alone(source, doc),
         third_party=read_third_party(source, doc),
+        conclusions=read_conclusions(source, doc),
+        exclusions=read_exclusions(source, doc),
+        scan_file=scan_file(source.path),
+        standard_texts=standard_texts(source.path),
         path=source.path,
         project=project,
         default_version=default_version,

@@ -106,8 +106,25 @@ _KEYS: dict[str, tuple[str, frozenset[str]]] = {
     "headers_not_alone": ("array", frozenset({"header", "reason"})),
     "third_party": (
         "array",
-        frozenset({"name", "license", "url", "license_text", "symbols", "paths"}),
+        frozenset(
+            {
+                "name",
+                "license",
+                "url",
+                "license_text",
+                "notice_text",
+                "symbols",
+                "paths",
+                "strings",
+                "supplier",
+                "version",
+                "purl",
+                "cpe",
+            }
+        ),
     ),
+    "license_conclusion": ("array", frozenset({"paths", "license", "reason"})),
+    "exclude": ("array", frozenset({"paths", "reason"})),
 }
 
 

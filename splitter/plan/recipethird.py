@@ -10,7 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from splitter.model import ThirdParty
+from splitter.model import Conclusion, Exclusion, ThirdParty
 from splitter.plan.recipetext import Source, required, strings, typed
 
 # One SPDX licence (an identifier or a LicenseRef-, with an exception if any): a package's
@@ -25,7 +25,11 @@ REPOSITORY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*"
 # read differently from nm's users.
 PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*[*?]?[A-Za-z0-9_$.*?]*")
 # A path pattern: a glob over wheel paths (fnmatch: * crosses /), from a literal directory.
+# a package URL; without @version where the version is not known (`version` says NOASSERTION)
+PURL = re.compile(r"pkg:[a-z][a-z0-9.+-]*/[^@\s]+(?:@[^\s]+)?")
 PATH_PATTERN = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_./*?-]*")
+DRAFT = "DRAFT:"  # how `splitter licences draft` starts a reason, for a reviewer to replace
+SCAN_NAME = "executorch.scan.json"  # the shipped recipe's licence scan, beside it
 LICENSES = "licenses"  # the directory beside the recipe holding the verbatim licence texts
 SHIPPED = Path(str(resources.files("splitter.recipes")))  # the shipped recipe's directory
 
@@ -45,11 +49,12 @@ def read_third_party(source: Source, doc: dict[str, Any]) -> tuple[ThirdParty, .
                 "name each component once, as its project calls itself",
             )
         licence = required(source, table, "license", str, where)
-        if not SPDX_ID.fullmatch(licence):
+        if not licence.strip() or not all(SPDX_ID.fullmatch(t) for t in terms(licence)):
             raise source.error(
                 f"{where}.license",
-                f"not an SPDX licence identifier: {licence!r}",
-                'write the one identifier from https://spdx.org/licenses/, e.g. "Apache-2.0"',
+                f"not an SPDX licence expression: {licence!r}",
+                'write identifiers from https://spdx.org/licenses/, e.g. "Apache-2.0" or '
+                '"Apache-2.0 AND MIT"',
             )
         url = required(source, table, "url", str, where)
         if not url.startswith("https://"):
@@ -57,55 +62,47 @@ def read_third_party(source: Source, doc: dict[str, Any]) -> tuple[ThirdParty, .
                 f"{where}.url", f"not an https URL: {url!r}", "give the project's upstream"
             )
         text = required(source, table, "license_text", dict, where)
-        repo = required(source, text, "repo", str, f"{where}.license_text")
-        path = required(source, text, "path", str, f"{where}.license_text")
-        revision = required(source, text, "revision", str, f"{where}.license_text")
-        if not REPOSITORY.fullmatch(repo) or not path or path.startswith("/"):
+        repo, path, revision = _upstream_file(source, f"{where}.license_text", text)
+        local, data = _copied_text(source, f"{where}.license_text", name, text)
+        notice_file, notice = "", b""
+        if "notice_text" in table:
+            notice_table = required(source, table, "notice_text", dict, where)
+            notice_file, notice = _copied_text(source, f"{where}.notice_text", name, notice_table)
+        facts = {
+            key: typed(source, table.get(key, ""), str, f"{where}.{key}")
+            for key in ("supplier", "version", "purl", "cpe")
+        }
+        if facts["purl"] and not PURL.fullmatch(facts["purl"]):
             raise source.error(
-                f"{where}.license_text",
-                f"not a repository and a path in it: {repo!r}, {path!r}",
-                'write license_text = { repo = "owner/name", path = "LICENSE", revision = ... }',
+                f"{where}.purl",
+                f"not a package URL: {facts['purl']!r}",
+                "write pkg:<type>/<namespace>/<name>@<version>, "
+                'e.g. "pkg:github/google/re2@<commit>"',
             )
-        if not REVISION.fullmatch(revision):
+        if facts["cpe"] and not facts["cpe"].startswith("cpe:2.3:"):
             raise source.error(
-                f"{where}.license_text.revision",
-                f"not a commit: {revision!r}",
-                "give the 40-hex commit the licence text was copied from",
-            )
-        extra = sorted(set(text) - {"repo", "path", "revision"})
-        if extra:
-            raise source.error(
-                f"{where}.license_text",
-                f"unknown key '{extra[0]}' in license_text",
-                "license_text holds repo, path and revision",
-            )
-        local = f"{LICENSES}/{name}-{path.rsplit('/', 1)[-1]}"
-        # beside the recipe; a recipe kept elsewhere without its own copy uses the shipped one
-        places = [source.path.parent / local, SHIPPED / local]
-        found_at = next((p for p in places if p.is_file()), places[0])
-        try:
-            data = found_at.read_bytes()
-        except OSError as exc:
-            raise source.error(
-                f"{where}.license_text",
-                f"cannot read {name}'s licence text {places[0]} ({exc.strerror or exc})",
-                f"copy {path} of https://github.com/{repo} at {revision} there, byte for byte",
-            ) from exc
-        if not data.strip():
-            raise source.error(
-                f"{where}.license_text",
-                f"{name}'s licence text {found_at} is empty",
-                f"copy {path} of https://github.com/{repo} at {revision} there, byte for byte",
+                f"{where}.cpe",
+                f"not a CPE 2.3 name: {facts['cpe']!r}",
+                "write cpe:2.3:a:<vendor>:<product>:<version>:..., or leave it out",
             )
         symbols = strings(source, table.get("symbols", []), f"{where}.symbols")
         paths = strings(source, table.get("paths", []), f"{where}.paths")
-        if not symbols and not paths:
+        marks = strings(source, table.get("strings", []), f"{where}.strings")
+        if not symbols and not paths and not marks:
             raise source.error(
                 f"{where}.symbols",
-                "no symbol or path patterns",
+                "no symbol, string or path patterns",
                 'list the globs that recognise its exported symbols, e.g. ["xnn_*"], '
-                "or the wheel paths that are its files",
+                "the literal strings its code leaves in a binary, or the wheel paths that are "
+                "its files",
             )
+        for mark in marks:
+            if len(mark) < 5 or not mark.isprintable() or not mark.isascii():
+                raise source.error(
+                    f"{where}.strings",
+                    f"not a literal string of five or more printable ASCII characters: {mark!r}",
+                    'give a build path or a typeinfo name, e.g. "third_party/darts_clone/"',
+                )
         for pattern in paths:
             if not PATH_PATTERN.fullmatch(pattern):
                 raise source.error(
@@ -139,7 +136,168 @@ def read_third_party(source: Source, doc: dict[str, Any]) -> tuple[ThirdParty, .
                 license_text=data,
                 symbols=symbols,
                 paths=paths,
+                strings=marks,
+                notice_file=notice_file,
+                notice_text=notice,
+                line=source.line(where),
+                **facts,
+            )
+        )
+    return tuple(found)
+
+
+def _upstream_file(source: Source, where: str, text: dict[str, Any]) -> tuple[str, str, str]:
+    """A `{ repo, path, revision }` table naming a file upstream, checked."""
+    repo = required(source, text, "repo", str, where)
+    path = required(source, text, "path", str, where)
+    revision = required(source, text, "revision", str, where)
+    if not REPOSITORY.fullmatch(repo) or not path or path.startswith("/"):
+        raise source.error(
+            where,
+            f"not a repository and a path in it: {repo!r}, {path!r}",
+            'write { repo = "owner/name", path = "LICENSE", revision = ... }',
+        )
+    if not REVISION.fullmatch(revision):
+        raise source.error(
+            f"{where}.revision",
+            f"not a commit: {revision!r}",
+            "give the 40-hex commit the text was copied from",
+        )
+    extra = sorted(set(text) - {"repo", "path", "revision"})
+    if extra:
+        raise source.error(
+            where, f"unknown key '{extra[0]}'", "the table holds repo, path and revision"
+        )
+    return repo, path, revision
+
+
+def _copied_text(source: Source, where: str, name: str, text: dict[str, Any]) -> tuple[str, bytes]:
+    """The recipe-relative name and the bytes of the verbatim copy of the upstream file the
+    table `where` names: licenses/<component>-<file name>, beside the recipe (a recipe kept
+    elsewhere without its own copy uses the shipped one)."""
+    repo, path, revision = _upstream_file(source, where, text)
+    local = f"{LICENSES}/{name}-{path.rsplit('/', 1)[-1]}"
+    places = [source.path.parent / local, SHIPPED / local]
+    found_at = next((p for p in places if p.is_file()), places[0])
+    fix = f"copy {path} of https://github.com/{repo} at {revision} there, byte for byte"
+    try:
+        data = found_at.read_bytes()
+    except OSError as exc:
+        raise source.error(
+            where, f"cannot read {name}'s copy {places[0]} ({exc.strerror or exc})", fix
+        ) from exc
+    if not data.strip():
+        raise source.error(where, f"{name}'s copy {found_at} is empty", fix)
+    return local, data
+
+
+def read_conclusions(source: Source, doc: dict[str, Any]) -> tuple[Conclusion, ...]:
+    """Every [[license_conclusion]]: wheel path globs, the SPDX expression a reviewer
+    concluded for them and why."""
+    found = []
+    for index, table in enumerate(
+        typed(source, doc.get("license_conclusion", []), list, "license_conclusion")
+    ):
+        where = f"license_conclusion[{index}]"
+        typed(source, table, dict, where)
+        licence = required(source, table, "license", str, where)
+        bad = [t for t in terms(licence) if not SPDX_ID.fullmatch(t)]
+        if not licence.strip() or bad:
+            raise source.error(
+                f"{where}.license",
+                f"not an SPDX licence expression: {licence!r}",
+                "join identifiers from https://spdx.org/licenses/ with AND, OR or WITH, e.g. "
+                '"BSD-3-Clause AND Apache-2.0 WITH LLVM-exception"',
+            )
+        found.append(
+            Conclusion(
+                paths=_path_globs(source, table, where),
+                license=licence,
+                reason=_reason(source, table, where),
                 line=source.line(where),
             )
         )
     return tuple(found)
+
+
+def read_exclusions(source: Source, doc: dict[str, Any]) -> tuple[Exclusion, ...]:
+    """Every [[exclude]]: wheel path globs no package ships, and why."""
+    found = []
+    for index, table in enumerate(typed(source, doc.get("exclude", []), list, "exclude")):
+        where = f"exclude[{index}]"
+        typed(source, table, dict, where)
+        found.append(
+            Exclusion(
+                paths=_path_globs(source, table, where),
+                reason=_reason(source, table, where),
+                line=source.line(where),
+            )
+        )
+    return tuple(found)
+
+
+def terms(expression: str) -> list[str]:
+    """The licences an SPDX expression joins (`X WITH Y` as one), in order, once each."""
+    words = expression.replace("(", " ").replace(")", " ").split()
+    found: list[str] = []
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word in ("AND", "OR"):
+            index += 1
+            continue
+        if index + 2 < len(words) and words[index + 1] == "WITH":
+            word = f"{word} WITH {words[index + 2]}"
+            index += 2
+        if word not in found:
+            found.append(word)
+        index += 1
+    return found
+
+
+def _path_globs(source: Source, table: dict[str, Any], where: str) -> tuple[str, ...]:
+    paths = strings(source, required(source, table, "paths", object, where), f"{where}.paths")
+    if not paths:
+        raise source.error(f"{where}.paths", "no path patterns", "list the wheel paths it covers")
+    for pattern in paths:
+        if not PATH_PATTERN.fullmatch(pattern):
+            raise source.error(
+                f"{where}.paths",
+                f"not a path pattern (a literal directory, then globs): {pattern!r}",
+                'start with the wheel directory, e.g. "executorch/examples/models/llama/*"',
+            )
+    return paths
+
+
+def _reason(source: Source, table: dict[str, Any], where: str) -> str:
+    reason = required(source, table, "reason", str, where)
+    if reason.startswith(DRAFT):
+        raise source.error(
+            f"{where}.reason",
+            "a draft entry nobody has reviewed",
+            "read the files it names, then replace the DRAFT reason with yours (or remove it)",
+        )
+    if not reason.strip():
+        raise source.error(
+            f"{where}.reason", "an empty reason", "say why, as a reviewer would read it"
+        )
+    return str(reason)
+
+
+def scan_file(recipe: Path) -> Path | None:
+    """The licence scan the recipe was reviewed with (splitter.input.scan): `<stem>.scan.json`
+    beside it, else the shipped recipe's (its findings are keyed by content, so they hold for
+    any recipe); None when neither exists."""
+    places = [recipe.with_suffix(".scan.json"), SHIPPED / SCAN_NAME]
+    return next((p for p in places if p.is_file()), None)
+
+
+def standard_texts(recipe: Path) -> tuple[tuple[str, bytes], ...]:
+    """The SPDX licence-list texts kept beside the recipe (licenses/spdx/<id>.txt; a recipe
+    kept elsewhere without its own uses the shipped ones), by id."""
+    for folder in (recipe.parent / LICENSES / "spdx", SHIPPED / LICENSES / "spdx"):
+        if folder.is_dir():
+            return tuple(
+                (p.name.removesuffix(".txt"), p.read_bytes()) for p in sorted(folder.glob("*.txt"))
+            )
+    return ()

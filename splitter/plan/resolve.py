@@ -22,6 +22,8 @@ from splitter.plan.release import Release, ReleasePlanning, planned
 RESOLVING = "resolving the wheel (pip download when not cached)"
 RESOLVING_MANY = "resolving the wheels (pip download when not cached)"
 PLANNING_RELEASE = "planning the release"
+SCANNING_STAGE = "scan"  # splitter.input.scan's progress reports
+SCANNING = "scanning the files the recipe's licence scan does not hold (scancode)"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,8 +82,11 @@ def _plan_one(spec: str | None, recipe: Recipe, progress: Progress | None) -> Pl
     total = len(_member_names(path))
     progress(label, 0, total)
 
-    def report(stage: str, done: int, _total: int) -> None:
-        progress(label, done, total)
+    def report(stage: str, done: int, scanned: int) -> None:
+        if stage == SCANNING_STAGE:
+            progress(SCANNING, done, scanned)
+        else:
+            progress(label, done, total)
 
     return make_plan(path, recipe, report)
 
@@ -94,3 +99,12 @@ def _member_names(path: Path) -> list[str]:
         return [n for n in archive.namelist() if not n.endswith("/")]
     except (OSError, zipfile.BadZipFile):
         return []
+
+
+def request_wheels(request: Request) -> tuple[Recipe, list[Path]]:
+    """The recipe and the wheel files a request names (fetched when not cached), for the
+    licence review, which reads wheels the plan may still refuse."""
+    recipe = load_recipe(request.recipe)
+    if request.single:
+        return recipe, [resolve_input(request.wheels[0] if request.wheels else None, recipe)]
+    return recipe, resolve_inputs(list(request.wheels), recipe, request.python, request.platform)

@@ -63,8 +63,8 @@ def _expression(pattern: str) -> str:
 def path_hits(
     components: tuple[ThirdParty, ...], paths: Iterable[str]
 ) -> dict[str, dict[str, list[str]]]:
-    """Wheel path -> component -> the recipe's path patterns (fnmatch, case-sensitive: `*`
-    crosses `/`) that match it; one expression for all patterns, tried once per path."""
+    """Wheel path -> its component -> the recipe's path patterns (fnmatch, case-sensitive:
+    `*` crosses `/`) that match it; one expression for all patterns, tried once per path."""
     keys = [(c.name, p) for c in components for p in c.paths]
     if not keys:
         return {}
@@ -73,9 +73,28 @@ def path_hits(
     for path in paths:
         if any_match(path) is None:
             continue
+        claims: dict[str, list[str]] = {}
         for name, pattern in keys:
             if fnmatch.fnmatchcase(path, pattern):
-                hits.setdefault(path, {}).setdefault(name, []).append(pattern)
+                claims.setdefault(name, []).append(pattern)
+        # a tree vendored inside another's (tokenizers' third-party/json) is the inner
+        # component's alone: the claim of the longest pattern wins
+        inner = max(claims, key=lambda name: max(len(p) for p in claims[name]))
+        hits[path] = {inner: claims[inner]}
+    return hits
+
+
+def string_hits(
+    components: tuple[ThirdParty, ...], data: bytes
+) -> dict[str, list[tuple[str, int]]]:
+    """Component -> (literal string, occurrences) of its `strings` found in a binary's bytes
+    (code compiled in with hidden visibility leaves its build paths and typeinfo names)."""
+    hits: dict[str, list[tuple[str, int]]] = {}
+    for component in components:
+        for mark in component.strings:
+            count = data.count(mark.encode())
+            if count:
+                hits.setdefault(component.name, []).append((mark, count))
     return hits
 
 
@@ -84,16 +103,18 @@ def found_in(
     counts: Mapping[str, dict[tuple[str, str], int]],
     paths: Mapping[str, dict[str, list[str]]],
     owners: Mapping[str, tuple[str, int]],
+    marks: Mapping[str, dict[str, list[tuple[str, int]]]] = {},
 ) -> tuple[ComponentFound, ...]:
-    """One record per (file, component) with its evidence, from each binary's symbol-pattern
-    counts and each path's path patterns."""
+    """One record per (shipped file, component) with its evidence, from each binary's
+    symbol-pattern and string counts and each path's path patterns."""
     found = []
-    for path in sorted(set(counts) | set(paths)):
+    for path in sorted((set(counts) | set(paths) | set(marks)) & set(owners)):
         by_component: dict[str, list[tuple[str, str]]] = {}
         for key in sorted(counts.get(path, {}), key=matcher.order.__getitem__):
             by_component.setdefault(key[0], []).append(key)
         by_path = paths.get(path, {})
-        for component in sorted(set(by_component) | set(by_path)):
+        by_string = marks.get(path, {})
+        for component in sorted(set(by_component) | set(by_path) | set(by_string)):
             found.append(
                 ComponentFound(
                     component=component,
@@ -103,6 +124,7 @@ def found_in(
                         (p, counts[path][(c, p)]) for c, p in by_component.get(component, [])
                     ),
                     paths=tuple(by_path.get(component, [])),
+                    strings=tuple(by_string.get(component, [])),
                 )
             )
     return tuple(found)
