@@ -65,6 +65,8 @@ class Manifest:
     artifacts: tuple[Artifact, ...]
     files: tuple[str, ...]  # every file written, relative to OUT, sorted (this one excluded)
     recipe: RecipeUsed | None = None  # None: written before manifests recorded it
+    # (wheel path, reason) of every input's file the recipe excludes from every package
+    excluded: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The JSON document (keys in the documented order)."""
@@ -87,6 +89,7 @@ class Manifest:
                 for a in self.artifacts
             ],
             "files": list(self.files),
+            "excluded": [{"path": path, "reason": reason} for path, reason in self.excluded],
         }
 
     def text(self) -> str:
@@ -151,6 +154,7 @@ def read_manifest(out: Path) -> Manifest:
             ),
             files=tuple(str(f) for f in data["files"]),
             recipe=_recipe(data.get("recipe")),
+            excluded=tuple((str(e["path"]), str(e["reason"])) for e in data.get("excluded", ())),
         )
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
         raise ManifestError(

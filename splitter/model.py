@@ -237,6 +237,7 @@ class Evidence:
 
     licenses: tuple[str, ...]  # each detection's SPDX expression, sorted, once each
     copyrights: tuple[str, ...]  # each copyright statement, in the file's order, once each
+    scanner: str = ""  # the scanner and its version, e.g. "scancode-toolkit 32.5.0"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -249,7 +250,8 @@ class FileLicence:
     detected: tuple[str, ...]  # the scanner's SPDX expressions for the file ("": a binary)
     copyrights: tuple[str, ...]
     # why: "project" (its own code), "component:<name>" (a vendored tree or linked code),
-    # "conclusion:<index>" (the recipe's [[license_conclusion]])
+    # "conclusion:<index>" (the recipe's [[license_conclusion]]), "regenerated" (no output
+    # ships it as it is: splitter.plan.layout.regenerated)
     basis: str
     covered: bool = True  # every detected licence is one of the concluded expression's
 

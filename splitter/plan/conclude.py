@@ -28,6 +28,7 @@ from splitter.model import (
     ThirdParty,
     WheelInfo,
 )
+from splitter.plan.layout import regenerated
 from splitter.plan.licences import UNKNOWN
 from splitter.plan.recipethird import terms
 
@@ -92,7 +93,9 @@ def conclude(
         rule = next(((i, c) for i, c, match in matchers if match(path)), None)
         claimed = [vendored[path]] if path in vendored else []
         names = sorted({*claimed, *linked.get(path, ())}, key=order.__getitem__)
-        if rule is not None:
+        if regenerated(path, wheel.dist_info):
+            expression, basis = project, "regenerated"  # no output ships it as it is
+        elif rule is not None:
             expression, basis = rule[1].license, f"conclusion:{rule[0]}"
         elif names and (path in loadable or path not in vendored):
             expression = join_all([project, *(licence_of[n] for n in names)])

@@ -77,18 +77,23 @@ def make_layout(
     )
 
 
+def regenerated(path: str, dist_info: str) -> bool:
+    """Whether no output ships wheel path `path` as it is: upstream's CMake config (each
+    output writes its own) and the installer's records (RECORD, INSTALLER, REQUESTED: a distro
+    install is not pip-managed, so pip must not uninstall it; a wheel writes its own)."""
+    return path.startswith(UPSTREAM_CMAKE) or (
+        path.startswith(f"{dist_info}/") and path.endswith(("/RECORD", "/INSTALLER", "/REQUESTED"))
+    )
+
+
 def install_path(path: str, layout: Layout, dist_info: str) -> str | None:
     """The prefix-relative destination of wheel path `path`; None when it is regenerated."""
-    if path.startswith(UPSTREAM_CMAKE):
+    if regenerated(path, dist_info):
         return None
     if path.startswith(LIB):
         return f"{layout.libdir}/{path[len(LIB) :]}"
     if path.startswith(INCLUDE):
         return f"{layout.includedir}/{path[len(INCLUDE) :]}"
-    if path.startswith(f"{dist_info}/"):
-        if path.endswith(("/RECORD", "/INSTALLER", "/REQUESTED")):
-            return None  # a distro install is not pip-managed; pip must not uninstall it
-        return f"{layout.sitedir}/{path}"
     return f"{layout.sitedir}/{path}"
 
 

@@ -34,7 +34,7 @@ from splitter.plan.conclude import check_reviewed, conclude, excluded_files, joi
 from splitter.plan.declared import HEADER_SUFFIXES, api_symbols, identifiers, undeclared
 from splitter.plan.exclusive import check_verdicts_against_depends, judge_exclusive
 from splitter.plan.facts import conda_requirements, decide_platform
-from splitter.plan.layout import INCLUDE, LIB, check_together
+from splitter.plan.layout import INCLUDE, LIB, check_together, regenerated
 from splitter.plan.licences import UNKNOWN, held_components, licence_texts
 from splitter.plan.selector import Selector
 from splitter.plan.thirdparty import Matcher, found_in, missing, path_hits, string_hits
@@ -97,7 +97,13 @@ def make_plan(
     platform = decide_platform(wheel)
     conda_requires = conda_requirements(wheel, recipe, platform)
     loadable = [b.path for b in binaries]
-    evidence = gather(wheel, loadable, recipe.scan_file, progress)
+    # what no output ships as it is needs no scan: binaries (their evidence is their symbols
+    # and strings) and the files each output writes anew (splitter.plan.layout.regenerated)
+    unscanned = [
+        *loadable,
+        *(e.path for e in wheel.entries if regenerated(e.path, wheel.dist_info)),
+    ]
+    evidence = gather(wheel, unscanned, recipe.scan_file, progress)
     excluded = excluded_files(wheel, recipe.exclusions, loadable, evidence)
     owners = assign_owners(wheel, recipe, frozenset(e.path for e in excluded))
     check_together(wheel, recipe, owners)

@@ -139,7 +139,31 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         ],
         "process_exclusive": [verdict_json(v) for v in plan.exclusive],
         "third_party": third_party_json(plan),
+        "licences": licences_json(plan),
+        "excluded": [
+            {"path": e.path, "reason": e.reason, "detected": list(e.detected)}
+            for e in plan.excluded
+        ],
     }
+
+
+def licences_json(plan: Plan) -> list[dict[str, Any]]:
+    """Each shipped file whose licence is not simply the project's: a scanner finding in it,
+    a component's code, or a reviewed conclusion (the others are the project's own code under
+    its licence, with nothing found), with its evidence and basis."""
+    return [
+        {
+            "path": f.path,
+            "package": f.package,
+            "concluded": f.concluded,
+            "basis": f.basis,
+            "detected": list(f.detected),
+            "copyrights": list(f.copyrights),
+            **({} if f.covered else {"covered": False}),
+        }
+        for f in plan.licences
+        if f.basis != "project" or f.detected
+    ]
 
 
 def third_party_json(plan: Plan) -> dict[str, Any]:
@@ -155,6 +179,7 @@ def third_party_json(plan: Plan) -> dict[str, Any]:
                 "symbols": f.symbols,
                 "patterns": dict(f.patterns),
                 **({"paths": list(f.paths)} if f.paths else {}),
+                **({"strings": dict(f.strings)} if f.strings else {}),
             }
             for f in plan.third_party
         ],

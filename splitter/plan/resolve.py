@@ -23,7 +23,7 @@ RESOLVING = "resolving the wheel (pip download when not cached)"
 RESOLVING_MANY = "resolving the wheels (pip download when not cached)"
 PLANNING_RELEASE = "planning the release"
 SCANNING_STAGE = "scan"  # splitter.input.scan's progress reports
-SCANNING = "scanning the files the recipe's licence scan does not hold (scancode)"
+SCANNING = "scanning the files the recipe's licence scan does not hold (licensecheck)"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,20 +7,21 @@ the files and written the reason (a draft must not settle a licence by itself)."
 
 from __future__ import annotations
 
-import json
 import posixpath
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import tomlkit
 
 from splitter.binaries.detect import is_binary
 from splitter.errors import OutputError
-from splitter.input.scan import gather, read_scan, render_scan, scanner_version
+from splitter.input.scan import gather_scancode, read_scan, render_scan
 from splitter.input.wheel import read_wheel
 from splitter.model import Evidence, FileLicence, Plan, Progress, Recipe
 from splitter.plan.conclude import join_all
+from splitter.plan.layout import regenerated
 from splitter.plan.recipethird import DRAFT, terms
 
 
@@ -42,9 +43,9 @@ class Question:
 
 def scan_wheels(
     wheels: Sequence[Path], recipe: Recipe, progress: Progress | None = None
-) -> tuple[str, dict[str, Evidence]]:
-    """The scanner's findings for every file but the binaries of `wheels` (scanning what the
-    recipe's scan and the cache do not hold), and the scanner that made the newest ones."""
+) -> dict[str, Evidence]:
+    """ScanCode's findings for every file of `wheels` that no output writes anew and that is
+    not a binary (the recipe's scan and ScanCode's cache are not scanned again)."""
     found: dict[str, Evidence] = {}
     for wheel_path in wheels:
         loadable: list[str] = []
@@ -55,24 +56,21 @@ def scan_wheels(
             return False
 
         wheel = read_wheel(wheel_path, None, wants)
-        found.update(gather(wheel, loadable, recipe.scan_file, progress))
-    old = recipe.scan_file
-    scanner = _scanner_of(old) if old is not None and set(found) <= set(read_scan(old)) else ""
-    return scanner or scanner_version(), found
+        again = [e.path for e in wheel.entries if regenerated(e.path, wheel.dist_info)]
+        label = f"scanning {wheel_path.name} with ScanCode"
+        report = None if progress is None else partial(progress, label)
+        found.update(gather_scancode(wheel, [*loadable, *again], recipe.scan_file, report))
+    return found
 
 
-def _scanner_of(path: Path) -> str:
-    return str(json.loads(path.read_bytes()).get("scanner", ""))
-
-
-def write_scan(recipe: Recipe, scanner: str, found: dict[str, Evidence]) -> Path:
+def write_scan(recipe: Recipe, found: dict[str, Evidence]) -> Path:
     """Write the findings into the recipe's scan beside it (`<stem>.scan.json`), keeping the
     findings it holds for files of other wheels."""
     target = recipe.path.with_suffix(".scan.json")
     merged = dict(read_scan(target)) if target.is_file() else {}
     merged.update(found)
     try:
-        target.write_bytes(render_scan(scanner, merged))
+        target.write_bytes(render_scan(merged))
     except OSError as exc:
         raise OutputError(
             f"cannot write the licence scan ({exc.strerror or exc}): {target}"

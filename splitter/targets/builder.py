@@ -141,6 +141,11 @@ def make_manifest(
         artifacts=tuple(hashed),
         files=tuple(files),
         recipe=recipe,
+        excluded=tuple(
+            sorted(
+                {(e.path, e.reason) for g in release.groups for p in g.plans for e in p.excluded}
+            )
+        ),
     )
 
 
