@@ -371,9 +371,9 @@ class Recipe:
     exclusions: tuple[Exclusion, ...] = ()  # [[exclude]], in recipe order
     # the licence scan of the files the recipe was reviewed against (splitter.input.scan)
     scan_file: Path | None = None
-    # SPDX licence and exception id -> its text as the SPDX licence list has it, copied
-    # verbatim beside the recipe (licenses/spdx/<id>.txt): the text of a concluded licence
-    # that no component's text and not the project's is
+    # SPDX licence and exception id -> its standard text, copied verbatim beside the recipe
+    # (licenses/spdx/<id>.txt): the text of a concluded licence that no component's text and
+    # not the project's is
     standard_texts: tuple[tuple[str, bytes], ...] = field(default=(), repr=False)
 
     def is_system(self, name: str) -> bool:

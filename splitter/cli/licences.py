@@ -87,12 +87,12 @@ def worksheet(
         report = reporter(bar, "planning for review")
         for path in paths:
             for question in questions(make_plan(path, loaded, report, review=True)):
-                if all(question.glob != q.glob for q in asked):
+                if all(question.paths != q.paths for q in asked):
                     asked.append(question)
     if as_json:
         rows = [
             {
-                "glob": q.glob,
+                "folder": q.folder,
                 "files": [
                     {"path": f.path, "package": f.package, "copyrights": list(f.copyrights)}
                     for f in q.files
@@ -106,7 +106,9 @@ def worksheet(
         sys.stdout.write(json.dumps({"questions": rows}, indent=2) + "\n")
     else:
         for q in asked:
-            out.print(f"{q.glob}  ({len(q.files)} files)", highlight=False)
+            out.print(f"{q.folder}/  ({len(q.files)} files)", highlight=False)
+            for each in q.files:
+                out.print(f"  {each.path}  [{'; '.join(each.copyrights)}]", highlight=False)
             out.print(f"  detected:  {' ; '.join(q.detected)}", highlight=False)
             out.print(f"  concluded: {q.concluded}", highlight=False)
             out.print(f"  covers it: {q.suggested}", highlight=False)

@@ -108,7 +108,9 @@ def conclude(
         scanned = evidence.get(sha[path])
         detected = scanned.licenses if scanned is not None else ()
         copyrights = scanned.copyrights if scanned is not None else ()
-        allowed = set(terms(expression))
+        # a licence with an exception covers a finding of the licence alone (an exception
+        # only grants more): a scanner that names Apache-2.0 where the notice adds LLVM's
+        allowed = {part for t in terms(expression) for part in (t, t.split(" WITH ")[0])}
         concluded.append(
             FileLicence(
                 path=path,
@@ -143,7 +145,7 @@ def check_reviewed(wheel: WheelInfo, licences: Iterable[FileLicence]) -> None:
     lines.append(
         "conclude each in the recipe ([[license_conclusion]] with paths, license and reason, or "
         "a [[third_party]] component whose paths claim it), or drop it from every package "
-        "([[exclude]] with paths and reason); `splitter licences draft` writes draft entries"
+        "([[exclude]] with paths and reason); `splitter licences worksheet --draft` writes draft entries"
     )
     raise LicenceError("\n".join(lines))
 

@@ -56,8 +56,8 @@ def licence_texts(plan: Plan, package: str) -> tuple[LicenceText, ...]:
     """The licence texts `package` ships: the wheel's own licence files (under their own
     names); for each third-party component it holds, that component's text (and NOTICE) as
     copied from upstream, named `<component>-<file>` as the recipe keeps them; and for every
-    other licence of its expression, the SPDX licence list's text (`<id>.txt`); each as its
-    source has it, byte for byte."""
+    other licence of its expression, its standard text (`<id>.txt`, licenses/spdx/ beside the
+    recipe); each as its source has it, byte for byte."""
     texts = [
         LicenceText(name=member.rsplit("/", 1)[-1], component="", origin=member, data=data)
         for member, data in zip(plan.wheel.license_files, plan.wheel.license_texts, strict=True)
@@ -77,20 +77,20 @@ def licence_texts(plan: Plan, package: str) -> tuple[LicenceText, ...]:
         if term in covered:
             continue
         for part in term.split(" WITH "):
-            if any(t.name == f"{part}.txt" for t in texts):
+            if part in covered or any(t.name == f"{part}.txt" for t in texts):
                 continue
             if part not in standard:
                 raise LicenceError(
                     f"no text for {part} (in {package}'s licence {spec.license}): "
                     f"{plan.recipe.path.parent / 'licenses' / 'spdx' / f'{part}.txt'}\n"
-                    "copy it there byte for byte from the SPDX licence list "
-                    "(https://github.com/spdx/license-list-data, text/<id>.txt)"
+                    "copy the licence's standard text there byte for byte (licenses/spdx/SOURCE "
+                    "says where the others come from)"
                 )
             texts.append(
                 LicenceText(
                     name=f"{part}.txt",
                     component="",
-                    origin=f"licenses/spdx/{part}.txt (the SPDX licence list's text)",
+                    origin=f"licenses/spdx/{part}.txt (the licence's standard text)",
                     data=standard[part],
                 )
             )

@@ -36,9 +36,10 @@ class Question:
     suggested: str  # the expression that would cover the findings
 
     @property
-    def glob(self) -> str:
-        """The wheel-path glob the draft entry covers: the one file, or the folder."""
-        return self.files[0].path if len(self.files) == 1 else f"{self.folder}/*"
+    def paths(self) -> tuple[str, ...]:
+        """The files a draft entry names, each by its path: a folder's glob could conclude
+        its other files too."""
+        return tuple(f.path for f in self.files)
 
 
 def scan_wheels(
@@ -112,7 +113,7 @@ def write_drafts(recipe_path: Path, asked: Iterable[Question]) -> int:
     count = 0
     for question in asked:
         table = tomlkit.table()
-        table.add("paths", [question.glob])
+        table.add("paths", list(question.paths))
         table.add("license", question.suggested)
         found = ", ".join(sorted({t for d in question.detected for t in terms(d)}))
         holders = sorted({c for f in question.files for c in f.copyrights})[:3]

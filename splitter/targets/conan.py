@@ -158,7 +158,9 @@ def _stage(
         progress,
         guard,
         only=frozenset(roots),
-        sbom=lambda name: doc_sbom(name, f"pkg:conan/{name}@{plan.wheel.version}"),
+        sbom=lambda name: doc_sbom(
+            name, name, plan.wheel.version, f"pkg:conan/{name}@{plan.wheel.version}"
+        ),
     )
     for package in packages:
         doc = roots[package.name] / "share" / "doc" / package.name

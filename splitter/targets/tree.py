@@ -118,7 +118,9 @@ def _write_trees(
         guard,
         only=frozenset(names),
         sbom=lambda package: doc_sbom(
+            package,
             names.get(package, package),
+            plan.wheel.version,
             f"pkg:generic/{names.get(package, package)}@{plan.wheel.version}",
         ),
     )

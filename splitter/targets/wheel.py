@@ -31,7 +31,16 @@ from splitter.plan.report import exclusivity_record
 from splitter.targets.builder import artifact, build_output, single
 from splitter.targets.generated.files import split_from
 from splitter.targets.generated.guard import guard_files
-from splitter.targets.generated.sbom import SBOM_NAME, SbomFile, render_sbom
+from splitter.targets.generated.sbom import (
+    SBOM_NAME,
+    SbomFile,
+    SbomPackage,
+    make_bom,
+    render_sbom,
+    spdx_path,
+    with_file,
+)
+from splitter.targets.generated.spdx import render_spdx
 from splitter.targets.install import NO_GUARD, InstallPlan, wheel_install_plan
 from splitter.targets.stage import Progress
 
@@ -205,27 +214,41 @@ def write_wheel(
     if package.python and plan.wheel.console_scripts:
         lines = ["[console_scripts]"] + [f"{k} = {v}" for k, v in plan.wheel.console_scripts]
         meta[f"{dist_info}/entry_points.txt"] = (("\n".join(lines) + "\n").encode(), False)
-    # the SBOM (PEP 770's .dist-info/sboms/) lists every other file of the wheel but RECORD
+    # the SBOMs (PEP 770's .dist-info/sboms/) list every other file of the wheel but RECORD
     listed = sorted(files.items()) + sorted(meta.items())
     digests = {path: hashlib.sha256(data).digest() for path, (data, _) in listed}
-    meta[f"{dist_info}/sboms/{SBOM_NAME}"] = (
-        render_sbom(
-            plan,
-            package.name,
+    filename = f"{name}-{package.version}-{tag}.whl"
+    bom = make_bom(
+        plan,
+        SbomPackage(
+            package=package.name,
             name=package.name,
-            purl=f"pkg:pypi/{package.name}@{package.version}?file_name={name}-{package.version}-{tag}.whl",
-            files=[
-                SbomFile(
-                    path=path,
-                    sha256=digests[path].hex(),
-                    source=path if path in plan.owners else "",
-                )
-                for path, _ in listed
-            ],
-            siblings={d.name: f"pkg:pypi/{d.name}@{d.version}" for d in package.depends},
+            version=package.version,
+            purl=f"pkg:pypi/{package.name}@{package.version}?file_name={filename}",
         ),
-        False,
+        [
+            SbomFile(
+                path=path,
+                sha256=digests[path].hex(),
+                sha1=hashlib.sha1(data).hexdigest(),
+                source=path if path in plan.owners else "",
+            )
+            for path, (data, _) in listed
+        ],
+        [
+            SbomPackage(
+                package=d.name,
+                name=d.name,
+                version=d.version or "",
+                purl=f"pkg:pypi/{d.name}@{d.version}",
+            )
+            for d in package.depends
+        ],
     )
+    cdx = f"{dist_info}/sboms/{SBOM_NAME}"
+    spdx = render_spdx(bom)
+    meta[spdx_path(cdx)] = (spdx, False)
+    meta[cdx] = (render_sbom(with_file(bom, spdx_path(cdx), spdx)), False)
     ordered = sorted(files.items()) + sorted(meta.items())
     record = [
         f"{path},{record_digest(digests[path]) if path in digests else record_hash(data)},"

@@ -178,9 +178,10 @@ def _conda(out: Path, scratch: Path, chosen: tuple[Artifact, ...]) -> Installed:
         )
     verdicts = []
     for package in packages:
-        verdicts += json.loads(conda_info_file(package, "info/splitter-process-exclusive.json"))[
-            "pairs"
-        ]
+        # the exclusivity record's pairs, in about.json's free-form `extra` (CEP 34 allows no
+        # other file of splitter's own in info/)
+        about = json.loads(conda_info_file(package, "info/about.json"))
+        verdicts += about.get("extra", {}).get("process_exclusive", [])
     site = next(iter(sorted(prefix.glob("lib/python*/site-packages"))), None)
     return Installed(
         kind="conda",

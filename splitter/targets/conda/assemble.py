@@ -32,7 +32,7 @@ ZIP64_LIMIT = 0xFFFFFFFF
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InfoAdditions:
-    """What the assembler cannot write into info/: extra files (run_exports, the sidecar),
+    """What the assembler cannot write into info/: extra files (run_exports),
     keys merged into about.json, entry points that carry the prefix placeholder, and how the
     rewritten info archive is compressed and stamped."""
 

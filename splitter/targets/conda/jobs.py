@@ -1,7 +1,7 @@
 """What the assembler is asked for each package (an AssembleJob): its staged files, its
 metadata from the plan (depends, description, licence files, compression), and the info/
 files and about.json keys the assembler cannot write (run_exports, the process-exclusive
-sidecar)."""
+record)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,6 @@ from splitter.targets.conda.assemble import AssembleJob, InfoAdditions, json_byt
 from splitter.targets.conda.meta import conda_depends, run_exports
 from splitter.targets.generated.files import split_from
 from splitter.targets.stage import Staged
-
-SIDECAR = "info/splitter-process-exclusive.json"
 
 
 def wheel_licenses(plan: Plan, work: Path) -> Mapping[str, tuple[str, ...]]:
@@ -92,9 +90,11 @@ def assemble_jobs(
 def info_additions(
     plan: Plan, package: PackagePlan, layout: Layout, compression_level: int
 ) -> InfoAdditions:
-    """The info/ files and about.json keys the assembler cannot write for `package`."""
-    sidecar = exclusivity_record(plan, package)
-    extra_files = {SIDECAR: json_bytes(sidecar)}
+    """The info/ files and about.json keys the assembler cannot write for `package`. The
+    exclusivity record goes in about.json's `extra`, not a file of its own: CEP 34 says
+    "Build tools MUST NOT allow arbitrary files in" info/, and `extra` is free-form."""
+    record = exclusivity_record(plan, package)
+    extra_files: dict[str, bytes] = {}
     exports = run_exports(package)
     if exports:
         extra_files["info/run_exports.json"] = json_bytes(exports)
@@ -103,7 +103,7 @@ def info_additions(
     )
     about: dict[str, object] = {
         "extra": {
-            "process_exclusive": sidecar["pairs"],
+            "process_exclusive": record["pairs"],
             "splitter": {"input": plan.wheel.filename, "sha256": plan.wheel.sha256},
         }
     }

@@ -69,7 +69,9 @@ def stage_prefix(
         options.guard,
         only,
         reuse=reuse,
-        sbom=lambda name: doc_sbom(name, f"pkg:conda/{name}@{plan.wheel.version}?subdir={subdir}"),
+        sbom=lambda name: doc_sbom(
+            name, name, plan.wheel.version, f"pkg:conda/{name}@{plan.wheel.version}?subdir={subdir}"
+        ),
     )
     release_freed_memory()  # staging's buffers, before the packages are compressed
     return staged

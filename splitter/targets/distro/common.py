@@ -20,6 +20,7 @@ from splitter.plan.report import exclusivity_record
 from splitter.platforms import SupportedPlatform, supported
 from splitter.targets.generated.files import SPLIT_FROM
 from splitter.targets.generated.guard import guard_files
+from splitter.targets.generated.sbom import SbomPackage, slug
 from splitter.targets.install import EXECUTABLE, NO_GUARD, make_install_plan
 from splitter.targets.stage import Naming, Progress, Staged, StagedFile, apply, doc_sbom
 
@@ -211,19 +212,27 @@ def stage_under(
 
 
 def sbom_naming(plan: Plan, distro: Distro, kind: str) -> Naming:
-    """Each split package's SBOM as the distro ships it: named and purl'd as its library (or
-    Python) package, which holds it; in Debian under an architecture's own name, as
-    Multi-Arch: same packages of two architectures must not ship one path with two contents."""
+    """Each split package's SBOMs as the distro ships them: named and purl'd as its library (or
+    Python) package, which holds them; in Debian under an architecture's own name, as
+    Multi-Arch: same packages of two architectures must not ship one path with two contents.
+
+    The purl's namespace is the packager's (the maintainer's name, slugged), not a distro's:
+    purl reads pkg:deb/debian/... as a package Debian built and ships (and pkg:rpm/fedora/...
+    as Fedora's), which these are not; a scanner looking one up in Debian's archive or
+    security tracker would match another package of the same name."""
     names = dict(distro.names)
     version = f"{plan.wheel.version}-{distro.revision}"
     arch = arch_of(plan)
+    vendor = slug(distro.maintainer.partition("<")[0]) or slug(plan.recipe.project)
 
-    def naming(package: str) -> tuple[str, str, str]:
+    def naming(package: str) -> tuple[SbomPackage, str]:
         name = names[package]
         if kind == "deb":
-            purl = f"pkg:deb/debian/{name}@{version}?arch={arch.deb}"
-            return name, purl, f"share/doc/{name}/sbom-{arch.deb}.cdx.json"
-        return doc_sbom(name, f"pkg:rpm/fedora/{name}@{version}?arch={arch.rpm}")
+            purl = f"pkg:deb/{vendor}/{name}@{version}?arch={arch.deb}"
+            subject = SbomPackage(package=package, name=name, version=version, purl=purl)
+            return subject, f"share/doc/{name}/sbom-{arch.deb}.cdx.json"
+        purl = f"pkg:rpm/{vendor}/{name}@{version}?arch={arch.rpm}"
+        return doc_sbom(package, name, version, purl)
 
     return naming
 

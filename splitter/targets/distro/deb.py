@@ -139,14 +139,16 @@ def write_debs(
         roots = {d.name: scratch / "pkg" / d.name for d in cut}
         packages = [_move(d, roots[d.name], layout) for d in cut]
         origin = origin_sentence(plan, record_name("<arch>"))
+        # each binary package's own: a -dev package names the licences of its headers only
         copyrights = {
-            p.name: dep5.copyright_file(plans or [plan], p.name, origin) for p in plan.packages
+            d.name: dep5.copyright_file(plans or [plan], d.package.name, origin, d.role)
+            for d in cut
         }
         changelog = debmeta.changelog_text(
             plan.recipe.project, version, distro.maintainer, epoch, origin
         )
         for package in packages:
-            copyright_text = copyrights[package.package.name]
+            copyright_text = copyrights[package.name]
             _write_docs(plan, package, arch, roots, copyright_text, changelog)
             _write_library_control(package, version, roots)
         done = 0

@@ -161,7 +161,9 @@ def _write_debian(debian: Path, arches: list[ArchSource], epoch: int) -> None:
     plans = [a.plan for a in arches]
     for name, (package, _) in _packages(arches).items():
         # dh_installdocs installs debian/<package>.copyright as that package's copyright
-        files[f"{name}.copyright"] = dep5.copyright_file(plans, package.package.name, origin)
+        files[f"{name}.copyright"] = dep5.copyright_file(
+            plans, package.package.name, origin, package.role
+        )
         if package.libraries:
             files[f"{name}.triggers"] = debmeta.LDCONFIG_TRIGGER
             files[f"shlibs/{name}.symbols"] = debmeta.symbols(

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from splitter.model import Distro, Plan
 from splitter.plan import declared
-from splitter.plan.layout import Layout
-from splitter.plan.licences import expression
+from splitter.plan.conclude import join_all
+from splitter.plan.layout import Layout, install_path
+from splitter.plan.licences import UNKNOWN
 from splitter.plan.report import RECORD
 from splitter.platforms import SupportedPlatform
 from splitter.targets.distro.common import (
@@ -251,14 +252,27 @@ def _suffix(rpm_name: str, spec: str) -> str:
 
 def _licence(arches: list[SpecArch], rpm_name: str | None) -> str:
     """The SPDX expression of binary package `rpm_name` (None: of every package) in every
-    architecture: the project's and every component found in its split package's files of
-    any architecture's wheel (a development package: its library's)."""
+    architecture: the project's and the concluded licence of each file it holds
+    (splitter.plan.conclude), in any architecture's wheel; a generated file is the project's."""
     first = arches[0].plan
-    held = set()
+    found = [first.wheel.license or UNKNOWN]
     for item in arches:
-        splits = {p.package.name for p, _ in item.packages if rpm_name in (None, p.name)}
-        held |= {f.component for f in item.plan.third_party if f.package in splits}
-    return expression(first.wheel.license, first.recipe.third_party, held)
+        concluded = {f.path: f.concluded for f in item.plan.licences}
+        # a file staged from other bytes than its wheel member's (the guard's) is still that
+        # member's code: its installed path names it
+        member = {
+            dest: path
+            for path in item.plan.owners
+            if (dest := install_path(path, item.layout, item.plan.wheel.dist_info)) is not None
+        }
+        for package, _ in item.packages:
+            if rpm_name not in (None, package.name):
+                continue
+            for staged in package.files:
+                path = staged.source or member.get(staged.path, "")
+                if path in concluded:
+                    found.append(concluded[path])
+    return join_all(found)
 
 
 def _package_section(
