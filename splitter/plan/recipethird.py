@@ -49,7 +49,7 @@ def read_third_party(source: Source, doc: dict[str, Any]) -> tuple[ThirdParty, .
                 "name each component once, as its project calls itself",
             )
         licence = required(source, table, "license", str, where)
-        if not licence.strip() or not all(SPDX_ID.fullmatch(t) for t in terms(licence)):
+        if not valid_expression(licence):
             raise source.error(
                 f"{where}.license",
                 f"not an SPDX licence expression: {licence!r}",
@@ -201,8 +201,7 @@ def read_conclusions(source: Source, doc: dict[str, Any]) -> tuple[Conclusion, .
         where = f"license_conclusion[{index}]"
         typed(source, table, dict, where)
         licence = required(source, table, "license", str, where)
-        bad = [t for t in terms(licence) if not SPDX_ID.fullmatch(t)]
-        if not licence.strip() or bad:
+        if not valid_expression(licence):
             raise source.error(
                 f"{where}.license",
                 f"not an SPDX licence expression: {licence!r}",
@@ -301,3 +300,31 @@ def standard_texts(recipe: Path) -> tuple[tuple[str, bytes], ...]:
                 (p.name.removesuffix(".txt"), p.read_bytes()) for p in sorted(folder.glob("*.txt"))
             )
     return ()
+
+
+def valid_expression(expression: str) -> bool:
+    """Whether `expression` is an SPDX licence expression: identifiers (a LicenseRef- too)
+    joined by AND or OR, each with at most one WITH exception, in balanced parentheses."""
+    words = expression.replace("(", " ( ").replace(")", " ) ").split()
+    depth, expect_term, index = 0, True, 0
+    while index < len(words):
+        word = words[index]
+        if word == "(" and expect_term:
+            depth += 1
+        elif word == ")" and not expect_term and depth > 0:
+            depth -= 1
+        elif word in ("AND", "OR") and not expect_term:
+            expect_term = True
+        elif expect_term and SPDX_ID.fullmatch(word) and word.lower() not in _OPERATORS:
+            expect_term = False
+            if index + 2 < len(words) and words[index + 1] == "WITH":
+                if not SPDX_ID.fullmatch(words[index + 2]):
+                    return False
+                index += 2
+        else:
+            return False
+        index += 1
+    return bool(words) and depth == 0 and not expect_term
+
+
+_OPERATORS = frozenset({"and", "or", "with"})
