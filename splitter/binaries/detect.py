@@ -41,3 +41,11 @@ def analyse_with_exports(path: str, data: bytes) -> tuple[BinaryInfo, tuple[str,
     if is_macho(data):
         return macho.analyse_with_exports(path, data)
     return analyse_elf(path, data), elf.exported_names(path, data)
+
+
+def code_spans(path: str, data: bytes) -> Spans:
+    """Where the binary `data` holds machine code, as (offset, length) spans: what a search
+    for the strings other projects' code leaves (splitter.plan.thirdparty) can skip."""
+    if is_macho(data):
+        return macho.code_spans(path, data)
+    return elf.code_spans(data)

@@ -189,6 +189,27 @@ def stamp_layout(path: str, data: bytes) -> tuple[Spans, Spans]:
         raise BinaryError(f"cannot read ELF ({reason}): {path}") from exc
 
 
+SHF_EXECINSTR, SHT_NOBITS = 0x4, 8
+
+
+def code_spans(data: bytes) -> Spans:
+    """Where the 64-bit little-endian ELF file `data` holds machine code: its sections flagged
+    SHF_EXECINSTR (.text, .plt, .init), from the section headers, as sorted (offset, length)
+    spans; none for a file whose headers do not check out (it is searched whole)."""
+    if len(data) < 64 or data[4:6] != b"\x02\x01":
+        return ()
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    entsize, count = struct.unpack_from("<2H", data, 0x3A)
+    if entsize < 64 or shoff + count * entsize > len(data):
+        return ()
+    spans = []
+    for index in range(count):
+        kind, flags, _, offset, size = struct.unpack_from("<4xIQQQQ", data, shoff + index * entsize)
+        if flags & SHF_EXECINSTR and kind != SHT_NOBITS and size and offset + size <= len(data):
+            spans.append((offset, size))
+    return tuple(sorted(spans))
+
+
 def _linkage(path: str, data: bytes) -> BinaryInfo | None:
     """The dynamic-linking facts of a 64-bit little-endian ELF file of a known machine, read
     the way ld.so reads them: PT_DYNAMIC's entries, their strings from DT_STRTAB through the

@@ -115,6 +115,19 @@ def stamp_layout(path: str, data: bytes) -> tuple[Spans, Spans]:
     return _stamped_spans(macho), strings
 
 
+# section flags: S_ATTR_PURE_INSTRUCTIONS, S_ATTR_SOME_INSTRUCTIONS (mach-o/loader.h)
+_INSTRUCTIONS = 0x80000000 | 0x400
+
+
+def code_spans(path: str, data: bytes) -> Spans:
+    """Where the Mach-O file `data` holds machine code: its sections flagged as holding
+    instructions (__TEXT,__text, __stubs), as sorted (offset, length) spans."""
+    macho = read_macho(path, data)
+    return tuple(
+        sorted((s.offset, s.size) for s in macho.sections if s.flags & _INSTRUCTIONS and s.size)
+    )
+
+
 def _stamped_spans(macho: MachO) -> Spans:
     return tuple(sorted(macho.stamps))
 

@@ -79,13 +79,14 @@ MASK = (1 << 64) - 1  # opcode arithmetic wraps: a step back is a huge ULEB
 
 @dataclass(frozen=True, slots=True)
 class Section:
-    """One section: its segment and name, address, size and file offset."""
+    """One section: its segment and name, address, size, file offset and flags."""
 
     segment: str
     name: str
     address: int
     size: int
     offset: int
+    flags: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,12 +200,12 @@ def _segment(macho: MachO, path: str, body: bytes, wide: bool) -> None:
         name, address, _, offset, size, _, protection, count, _ = struct.unpack_from(
             "<16s4Q4I", body, 8
         )
-        first, each, form = 72, 80, "<16s16s2Q3I"
+        first, each, form = 72, 80, "<16s16s2Q5I"
     else:
         name, address, _, offset, size, _, protection, count, _ = struct.unpack_from(
             "<16s4I4I", body, 8
         )
-        first, each, form = 56, 68, "<16s16s2I3I"
+        first, each, form = 56, 68, "<16s16s2I5I"
     if first + count * each > len(body):
         raise BinaryError(
             f"cannot read Mach-O (a segment lists more sections than it holds): {path}"
@@ -212,10 +213,10 @@ def _segment(macho: MachO, path: str, body: bytes, wide: bool) -> None:
     segment = _name(name)
     macho.segments.append(Segment(segment, address, offset, size, bool(protection & 4)))
     for index in range(count):
-        sect, seg, s_address, s_size, s_offset, _, _ = struct.unpack_from(
+        sect, seg, s_address, s_size, s_offset, _, _, _, flags = struct.unpack_from(
             form, body, first + index * each
         )
-        macho.sections.append(Section(_name(seg), _name(sect), s_address, s_size, s_offset))
+        macho.sections.append(Section(_name(seg), _name(sect), s_address, s_size, s_offset, flags))
 
 
 def _name(raw: bytes) -> str:

@@ -145,7 +145,8 @@ def check_reviewed(wheel: WheelInfo, licences: Iterable[FileLicence]) -> None:
     lines.append(
         "conclude each in the recipe ([[license_conclusion]] with paths, license and reason, or "
         "a [[third_party]] component whose paths claim it), or drop it from every package "
-        "([[exclude]] with paths and reason); `splitter licences worksheet --draft` writes draft entries"
+        "([[exclude]] with paths and reason); `splitter licences worksheet --draft` writes "
+        "draft entries"
     )
     raise LicenceError("\n".join(lines))
 

@@ -12,7 +12,7 @@ from types import MappingProxyType
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from splitter.binaries.detect import analyse_with_exports, is_binary
+from splitter.binaries.detect import analyse_with_exports, code_spans, is_binary
 from splitter.errors import (
     BinaryError,
     OwnershipError,
@@ -37,7 +37,7 @@ from splitter.plan.facts import conda_requirements, decide_platform
 from splitter.plan.layout import INCLUDE, LIB, check_together, regenerated
 from splitter.plan.licences import UNKNOWN, held_components, licence_texts
 from splitter.plan.selector import Selector
-from splitter.plan.thirdparty import Matcher, found_in, missing, path_hits, string_hits
+from splitter.plan.thirdparty import Matcher, StringMatcher, found_in, missing, path_hits
 
 VERSION_FILE = "executorch/version.py"
 # PEP 440 characters only: the value lands in CMake comments and package metadata verbatim.
@@ -58,6 +58,7 @@ def make_plan(
     binaries: list[BinaryInfo] = []
     build_version: list[str] = []
     matcher = Matcher(recipe.third_party)
+    marker = StringMatcher(recipe.third_party)
     counts: dict[str, dict[tuple[str, str], int]] = {}
     marks: dict[str, dict[str, list[tuple[str, int]]]] = {}  # binary -> component strings
     api: dict[str, tuple[str, ...]] = {}  # C++ library -> its exports in ExecuTorch's namespace
@@ -80,7 +81,7 @@ def make_plan(
             hits = matcher.count(names)
             if hits:
                 counts[path] = hits
-            found = string_hits(recipe.third_party, data)
+            found = marker.hits(data, code_spans(path, data))
             if found:
                 marks[path] = found
             if path.startswith(LIB):

@@ -8,6 +8,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
+from splitter.binaries.stamps import Spans
 from splitter.model import ComponentFound, ThirdParty
 
 
@@ -84,18 +85,29 @@ def path_hits(
     return hits
 
 
-def string_hits(
-    components: tuple[ThirdParty, ...], data: bytes
-) -> dict[str, list[tuple[str, int]]]:
-    """Component -> (literal string, occurrences) of its `strings` found in a binary's bytes
-    (code compiled in with hidden visibility leaves its build paths and typeinfo names)."""
-    hits: dict[str, list[tuple[str, int]]] = {}
-    for component in components:
-        for mark in component.strings:
-            count = data.count(mark.encode())
+class StringMatcher:
+    """The recipe's `strings`, encoded once, each with its component."""
+
+    def __init__(self, components: tuple[ThirdParty, ...]) -> None:
+        self.marks = [(c.name, m, m.encode()) for c in components for m in c.strings]
+
+    def hits(self, data: bytes, code: Spans = ()) -> dict[str, list[tuple[str, int]]]:
+        """Component -> (literal string, occurrences) of its strings in a binary's bytes
+        (code compiled in with hidden visibility leaves its build paths and typeinfo names),
+        the machine code (`code`: sorted spans) passed over: strings are data, and code is
+        most of a library's bytes."""
+        ranges, start = [], 0
+        for offset, length in code:
+            if offset > start:
+                ranges.append((start, offset))
+            start = max(start, offset + length)
+        ranges.append((start, len(data)))
+        hits: dict[str, list[tuple[str, int]]] = {}
+        for component, mark, needle in self.marks:
+            count = sum(data.count(needle, begin, end) for begin, end in ranges)
             if count:
-                hits.setdefault(component.name, []).append((mark, count))
-    return hits
+                hits.setdefault(component, []).append((mark, count))
+        return hits
 
 
 def found_in(
