@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from splitter.errors import RecipeError
-from splitter.model import Recipe
+from splitter.model import Plan, Recipe
 from splitter.plan.make import make_plan
 from splitter.plan.recipe import load_recipe
 
@@ -49,6 +49,34 @@ def scan_strings(wheel: Path, directory: Path) -> dict[tuple[str, str], Counter[
                     if count:
                         found.setdefault((member, component.name), Counter())[mark] = count
     return found
+
+
+def path_claims(wheel: Path, plan: Plan) -> set[tuple[str, str]]:
+    """(member, component) for each shipped member a component's path patterns claim, from
+    zipfile's names: of several claims (a tree vendored inside another's) the one whose
+    matching pattern is the longest."""
+    excluded = {e.path for e in plan.excluded}
+    found = set()
+    for member in zipfile.ZipFile(wheel).namelist():
+        if member.endswith("/") or member in excluded:
+            continue
+        claims = [
+            (len(p), c.name)
+            for c in plan.recipe.third_party
+            for p in c.paths
+            if fnmatch.fnmatchcase(member, p)
+        ]
+        if claims:
+            found.add((member, max(claims)[1]))
+    return found
+
+
+def components_found(wheel: Path, plan: Plan, directory: Path) -> set[tuple[str, str]]:
+    """(member, component) for every component binutils (nm, strings) or the path patterns
+    find in a shipped member of `wheel`."""
+    return (
+        set(scan(wheel, directory)) | set(scan_strings(wheel, directory)) | path_claims(wheel, plan)
+    )
 
 
 def scan(wheel: Path, directory: Path) -> dict[tuple[str, str], Counter[str]]:
@@ -95,21 +123,7 @@ def test_components_match_nm(fixture: str, request: pytest.FixtureRequest, tmp_p
     marked = scan_strings(wheel, tmp_path)
     got = {(f.path, f.component): Counter(dict(f.patterns)) for f in plan.third_party}
     got_strings = {(f.path, f.component): Counter(dict(f.strings)) for f in plan.third_party}
-    excluded = {e.path for e in plan.excluded}
-    # a path claimed by several components' patterns (a tree vendored inside another's) is
-    # the one whose matching pattern is the longest
-    by_path = set()
-    for member in zipfile.ZipFile(wheel).namelist():
-        if member.endswith("/") or member in excluded:
-            continue
-        claims = [
-            (len(p), c.name)
-            for c in plan.recipe.third_party
-            for p in c.paths
-            if fnmatch.fnmatchcase(member, p)
-        ]
-        if claims:
-            by_path.add((member, max(claims)[1]))
+    by_path = path_claims(wheel, plan)
     for key in by_path | set(marked):
         expected.setdefault(key, Counter())
     assert got == expected

@@ -3,19 +3,17 @@ kind of change each; every symbol finding is checked against binutils (`nm -D`).
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import re
 import shutil
 import subprocess
 import zipfile
-from collections import Counter
 from pathlib import Path
 
 import pytest
 from builders import make_wheel, run_splitter
 from conftest import _download
-from test_components import scan
+from test_components import components_found
 
 from splitter.plan.diff import Break, Reason, Verdict, diff_plans
 from splitter.plan.diffmeta import Meta, MetadataChange
@@ -78,14 +76,8 @@ def test_real_upgrade(wheel_150: Path, real_wheel: Path, tmp_path: Path) -> None
     # each package's third-party components, old and new, are the ones binutils' nm (and
     # the path patterns over zipfile's names) find in its files of each wheel
     for index, wheel in enumerate((wheel_150, real_wheel)):
-        found = scan(wheel, tmp_path / f"scan{index}")
+        found = components_found(wheel, plans[index], tmp_path / f"scan{index}")
         components = plans[index].recipe.third_party
-        for member in zipfile.ZipFile(wheel).namelist():
-            if member.endswith("/"):
-                continue  # a directory entry: not a file of any package
-            for component in components:
-                if any(fnmatch.fnmatchcase(member, p) for p in component.paths):
-                    found.setdefault((member, component.name), Counter())
         side = ("from", "to")[index]
         for name, package in report["packages"].items():
             held = {c for path, c in found if plans[index].owners[path][0] == name}

@@ -134,11 +134,19 @@ class SplitDiff:
     old: str  # the old wheel's file name
     new: str
     packages: tuple[PackageDiff, ...] = field(default_factory=tuple)
+    # wheel files the new recipe excludes from every package and the old did not, and the
+    # other way round (a licence review reads both)
+    excluded_added: tuple[str, ...] = ()
+    excluded_removed: tuple[str, ...] = ()
 
     @property
     def changed(self) -> bool:
         """Whether anything differs."""
-        return any(p.verdict is not Verdict.UNCHANGED for p in self.packages)
+        return (
+            any(p.verdict is not Verdict.UNCHANGED for p in self.packages)
+            or bool(self.excluded_added)
+            or bool(self.excluded_removed)
+        )
 
 
 @dataclass(slots=True)
@@ -207,7 +215,15 @@ def diff_plans(old: Plan, new: Plan) -> SplitDiff:
                 judged, third_party=(held[0], holds[0]), license=(held[1], holds[1])
             )
         )
-    return SplitDiff(old=old.wheel.filename, new=new.wheel.filename, packages=tuple(packages))
+    was_excluded = {normal(e.path) for e in old.excluded}
+    now_excluded = {e.path for e in new.excluded}
+    return SplitDiff(
+        old=old.wheel.filename,
+        new=new.wheel.filename,
+        packages=tuple(packages),
+        excluded_added=tuple(sorted(now_excluded - was_excluded)),
+        excluded_removed=tuple(sorted(was_excluded - now_excluded)),
+    )
 
 
 def _files(plan: Plan, normal: Callable[[str], str]) -> dict[str, tuple[str, str]]:

@@ -57,6 +57,8 @@ ABI: dict[AbiFinding, str] = {
 # The report's lines; {item} is one entry of a list (long lists end with a "more" entry).
 LINES: dict[str, str] = {
     "header": "{old} -> {new}",
+    "excluded_added": "excluded from every package: + {item}",
+    "excluded_removed": "excluded from every package: - {item}",
     "package": "{name}: {verdict}",
     "reason": "  incompatible: {reason}",
     "pins": "  pins: {pins}",
@@ -194,6 +196,7 @@ def diff_json(found: SplitDiff, abi: list[AbiReport] | None = None) -> dict[str,
             }
             for p in found.packages
         },
+        "excluded": {"added": list(found.excluded_added), "removed": list(found.excluded_removed)},
     }
     if abi is not None:
         shown["abi"] = [
@@ -261,6 +264,8 @@ def report_lines(
             listed("kernels_removed", b.kernels_removed)
             listed("schemas_added", b.schemas_added)
             listed("schemas_removed", b.schemas_removed)
+    listed("excluded_added", found.excluded_added)
+    listed("excluded_removed", found.excluded_removed)
     for report in abi or []:
         line("abidiff", path=report.path, summary=abi_summary(report))
     return lines

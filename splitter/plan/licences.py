@@ -64,7 +64,9 @@ def licence_texts(plan: Plan, package: str) -> tuple[LicenceText, ...]:
     ]
     spec = plan.package(package)
     chosen = set(spec.third_party)
-    covered = set(terms(plan.wheel.license or ""))
+    # the project's licence: its texts are the wheel's own (a wheel that states none is
+    # LicenseRef-unknown, which has no text to ship)
+    covered = set(terms(plan.wheel.license or UNKNOWN))
     for component in plan.recipe.third_party:
         if component.name not in chosen:
             continue
