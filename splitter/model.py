@@ -7,6 +7,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: the licence records live in splitter.licensing
+    from splitter.licensing import Conclusion, ExcludedFile, Exclusion, FileLicence
+
 
 # A progress report: (what is being done, how much is done, of how much; 0 when not known).
 # The core reports through it; the CLI draws it (a bar), and None means nobody listens.
@@ -198,8 +203,7 @@ class ThirdParty:
     license_text: bytes = field(repr=False)  # the copy, verbatim
     symbols: tuple[str, ...]
     paths: tuple[str, ...] = ()
-    # literal byte strings that prove its code is linked into a binary even where nothing of
-    # it is exported (hidden visibility): build paths, typeinfo names, ABI tags
+    # literal strings its code leaves in a binary's data (hidden code: build paths, typeinfo)
     strings: tuple[str, ...] = ()
     supplier: str = ""  # who distributes it (the NTIA minimum elements' supplier)
     version: str = ""  # the release or commit ExecuTorch pins, as upstream names it
@@ -208,61 +212,6 @@ class ThirdParty:
     notice_file: str = ""  # its NOTICE copied beside the recipe, where upstream has one
     notice_text: bytes = field(default=b"", repr=False)
     line: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Conclusion:
-    """A reviewer's licence for files whose own notices do not settle it (a notice that
-    mentions another licence, a file copied from another project), with the reason."""
-
-    paths: tuple[str, ...]  # globs over wheel paths (fnmatch: `*` crosses `/`)
-    license: str  # the SPDX expression the files are under
-    reason: str
-    line: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Exclusion:
-    """Files no package needs at run time that the packager does not ship (Debian's
-    Files-Excluded): dropped from every package, listed as excluded with the reason."""
-
-    paths: tuple[str, ...]  # globs over wheel paths (fnmatch: `*` crosses `/`)
-    reason: str
-    line: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Evidence:
-    """What a licence scanner found in one file's bytes."""
-
-    licenses: tuple[str, ...]  # each detection's SPDX expression, sorted, once each
-    copyrights: tuple[str, ...]  # each copyright statement, in the file's order, once each
-    scanner: str = ""  # the scanner and its version, e.g. "scancode-toolkit 32.5.0"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FileLicence:
-    """The licence concluded for one shipped file, with its evidence and its basis."""
-
-    path: str  # wheel path
-    package: str
-    concluded: str  # an SPDX expression
-    detected: tuple[str, ...]  # the scanner's SPDX expressions for the file ("": a binary)
-    copyrights: tuple[str, ...]
-    # why: "project" (its own code), "component:<name>" (a vendored tree or linked code),
-    # "conclusion:<index>" (the recipe's [[license_conclusion]]), "regenerated" (no output
-    # ships it as it is: splitter.plan.layout.regenerated)
-    basis: str
-    covered: bool = True  # every detected licence is one of the concluded expression's
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ExcludedFile:
-    """A wheel file no package ships, by the recipe's [[exclude]]."""
-
-    path: str
-    reason: str
-    detected: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -369,11 +318,8 @@ class Recipe:
     headers_not_alone: tuple[HeaderNotAlone, ...] = ()  # [[headers_not_alone]]
     conclusions: tuple[Conclusion, ...] = ()  # [[license_conclusion]], in recipe order
     exclusions: tuple[Exclusion, ...] = ()  # [[exclude]], in recipe order
-    # the licence scan of the files the recipe was reviewed against (splitter.input.scan)
-    scan_file: Path | None = None
-    # SPDX licence and exception id -> its standard text, copied verbatim beside the recipe
-    # (licenses/spdx/<id>.txt): the text of a concluded licence that no component's text and
-    # not the project's is
+    scan_file: Path | None = None  # the licence scan it was reviewed with (input.scan)
+    # SPDX id -> its standard text (licenses/spdx/<id>.txt beside the recipe, verbatim)
     standard_texts: tuple[tuple[str, bytes], ...] = field(default=(), repr=False)
 
     def is_system(self, name: str) -> bool:
@@ -473,10 +419,8 @@ class Plan:
     third_party: tuple[ComponentFound, ...] = ()
     # the recipe's third-party components found in no file of this wheel
     third_party_missing: tuple[str, ...] = ()
-    # every shipped file's concluded licence, by path (splitter.plan.conclude)
-    licences: tuple[FileLicence, ...] = ()
-    # the wheel files the recipe excludes from every package, by path
-    excluded: tuple[ExcludedFile, ...] = ()
+    licences: tuple[FileLicence, ...] = ()  # every shipped file's, by path (plan.conclude)
+    excluded: tuple[ExcludedFile, ...] = ()  # the files no package ships, by path
 
     def package(self, name: str) -> PackagePlan:
         """The package called `name`."""

@@ -29,8 +29,9 @@ MAC = "executorch-1.5.1-cp311-cp311-macosx_14_0_arm64.whl"
 def test_every_error_has_its_own_exit_code() -> None:
     classes = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, Exception)]
     codes = sorted(c.exit_code for c in classes)
-    assert codes == list(range(1, 15)), codes
+    assert codes == list(range(1, 16)), codes
     assert (UsageError.exit_code, MissingToolError.exit_code) == (12, 13)
+    assert errors.LicenceError.exit_code == 15
     assert issubclass(UsageError, errors.SplitterError)
     assert issubclass(MissingToolError, errors.SplitterError)
 

@@ -213,9 +213,8 @@ def _segment(macho: MachO, path: str, body: bytes, wide: bool) -> None:
     segment = _name(name)
     macho.segments.append(Segment(segment, address, offset, size, bool(protection & 4)))
     for index in range(count):
-        sect, seg, s_address, s_size, s_offset, _, _, _, flags = struct.unpack_from(
-            form, body, first + index * each
-        )
+        fields = struct.unpack_from(form, body, first + index * each)
+        sect, seg, s_address, s_size, s_offset, flags = *fields[:5], fields[8]
         macho.sections.append(Section(_name(seg), _name(sect), s_address, s_size, s_offset, flags))
 
 

@@ -43,6 +43,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Split the ExecuTorch wheel into runtime, quantized-kernel and export packages.",
 )
+app.add_typer(licences, name="licences")
 
 WheelArg = Annotated[
     list[str] | None,
@@ -104,9 +105,6 @@ def main_options(
 ) -> None:
     """splitter: one plan from the wheel and a recipe, rendered by small targets."""
     ctx.obj = GlobalOptions(quiet=quiet, verbose=verbose)
-
-
-app.add_typer(licences, name="licences")
 
 
 def show_progress(ctx: typer.Context, quiet: bool, as_json: bool) -> bool:

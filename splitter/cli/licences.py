@@ -11,9 +11,9 @@ from typing import Annotated
 import typer
 
 from splitter.cli.console import out, progress_bar, reporter
-from splitter.plan.make import make_plan
 from splitter.plan.resolve import Request, request_wheels
-from splitter.plan.review import Question, questions, scan_wheels, write_drafts, write_scan
+from splitter.plan.review import scan_wheels, write_drafts, write_scan
+from splitter.plan.review import worksheet as worksheet_of
 
 licences = typer.Typer(
     no_args_is_help=True,
@@ -82,13 +82,8 @@ def worksheet(
     what they would be concluded as, and the expression that would cover them."""
     request = Request(wheels=tuple(wheel or ()), recipe=recipe, python=python, platform=platform)
     loaded, paths = request_wheels(request)
-    asked: list[Question] = []
     with progress_bar(not (quiet or as_json)) as bar:
-        report = reporter(bar, "planning for review")
-        for path in paths:
-            for question in questions(make_plan(path, loaded, report, review=True)):
-                if all(question.paths != q.paths for q in asked):
-                    asked.append(question)
+        asked = worksheet_of(paths, loaded, reporter(bar, "planning for review"))
     if as_json:
         rows = [
             {

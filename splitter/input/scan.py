@@ -30,7 +30,8 @@ from pathlib import Path, PurePosixPath
 from splitter.errors import ExternalToolError, MissingToolError, RecipeError
 from splitter.input.fetch import cache_root
 from splitter.input.payload import Payload
-from splitter.model import Evidence, WheelInfo
+from splitter.licensing import Evidence
+from splitter.model import WheelInfo
 from splitter.tools import need_tool
 
 SCHEMA = "splitter.licence-scan/1"

@@ -18,16 +18,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 
 from splitter.errors import LicenceError
-from splitter.model import (
-    ComponentFound,
-    Conclusion,
-    Evidence,
-    ExcludedFile,
-    Exclusion,
-    FileLicence,
-    ThirdParty,
-    WheelInfo,
-)
+from splitter.licensing import Conclusion, Evidence, ExcludedFile, Exclusion, FileLicence
+from splitter.model import ComponentFound, ThirdParty, WheelInfo
 from splitter.plan.layout import regenerated
 from splitter.plan.licences import UNKNOWN
 from splitter.plan.recipethird import terms

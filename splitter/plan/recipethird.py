@@ -10,7 +10,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from splitter.model import Conclusion, Exclusion, ThirdParty
+from splitter.licensing import Conclusion, Exclusion
+from splitter.model import ThirdParty
 from splitter.plan.recipetext import Source, required, strings, typed
 
 # One SPDX licence (an identifier or a LicenseRef-, with an exception if any): a package's

@@ -19,9 +19,11 @@ from splitter.binaries.detect import is_binary
 from splitter.errors import OutputError
 from splitter.input.scan import gather_scancode, read_scan, render_scan
 from splitter.input.wheel import read_wheel
-from splitter.model import Evidence, FileLicence, Plan, Progress, Recipe
+from splitter.licensing import Evidence, FileLicence
+from splitter.model import Plan, Progress, Recipe
 from splitter.plan.conclude import join_all
 from splitter.plan.layout import regenerated
+from splitter.plan.make import make_plan
 from splitter.plan.recipethird import DRAFT, terms
 
 
@@ -133,3 +135,15 @@ def write_drafts(recipe_path: Path, asked: Iterable[Question]) -> int:
             f"cannot write the recipe ({exc.strerror or exc}): {recipe_path}"
         ) from exc
     return count
+
+
+def worksheet(
+    wheels: Sequence[Path], recipe: Recipe, progress: Progress | None = None
+) -> tuple[Question, ...]:
+    """The questions of every wheel's plan, made with review=True, each once."""
+    asked: list[Question] = []
+    for wheel in wheels:
+        for question in questions(make_plan(wheel, recipe, progress, review=True)):
+            if all(question.paths != q.paths for q in asked):
+                asked.append(question)
+    return tuple(asked)
