@@ -30,6 +30,14 @@ from consumer_tools import (
 )
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
+from distro_licences import (
+    dep5_terms,
+    excluded_globs_cover,
+    governing,
+    paragraphs,
+    short_names,
+    wheel_paths,
+)
 from rowcounts import full_verify_matches, listing
 
 from splitter.errors import MissingToolError, RecipeError, UsageError
@@ -37,6 +45,7 @@ from splitter.model import Plan
 from splitter.plan.layout import install_path, make_layout
 from splitter.plan.make import make_plan
 from splitter.plan.recipe import load_recipe
+from splitter.plan.recipethird import terms
 from splitter.plan.release import PlatformGroup, Release
 from splitter.targets.builder import build_output
 from splitter.targets.distro import deb
@@ -774,9 +783,8 @@ def test_each_deb_states_the_licences_of_its_code(installed: Path, real_plan: Pl
     assert "Copyright 2019 Google LLC" in runtime  # pthreadpool's own holders
     quantized = (doc / "libexecutorch-kernels-quantized" / "copyright").read_text()
     assert quantized.count("\nFiles: ") == 1  # Files: * alone: no third-party code
-    assert (doc / "libexecutorch" / "copyright").read_bytes() == (
-        doc / "libexecutorch-dev" / "copyright"
-    ).read_bytes()  # one split package, one copyright
+    # each binary package its own: the -dev package holds headers, no Eigen code
+    assert "MPL-2.0" not in (doc / "libexecutorch-dev" / "copyright").read_text()
     for split, name in NAMES.items():
         sbom = doc / name / "sbom-amd64.cdx.json"
         text = sbom.read_text()
@@ -807,3 +815,73 @@ def test_the_dev_package_names_the_functions_no_header_declares(
     )
     owned = dpkg(installed, "-L", "libexecutorch").stdout.splitlines()
     assert all(any(line.endswith(f"/{name}") for line in owned) for name in listed)
+
+
+def test_each_files_stanza_covers_the_licences_of_the_files_it_governs(
+    installed: Path, real_plan: Plan
+) -> None:
+    """Each installed wheel file of every .deb (dpkg -L) is governed by a Files stanza of
+    its package's copyright (the last whose wildcard matches) whose License names every
+    licence the plan concludes for the file; each short name has its License paragraph;
+    the stanza's holders are statements the scanner found in its files or the holders a
+    licence text of its code names, never made up. libexecutorch-dev, headers only, does not
+    name Eigen's MPL-2.0, which libexecutorch's optimized kernels carry."""
+    layout = make_layout(real_plan.wheel, "/usr", "lib/x86_64-linux-gnu", "include", "x")
+    layout = dataclasses.replace(layout, sitedir="lib/python3/dist-packages")
+    members = wheel_paths(real_plan, layout)
+    concluded = {f.path: f for f in real_plan.licences}
+    names = short_names(real_plan)
+    texts = [real_plan.wheel.license_texts[0]] + [
+        c.license_text for c in real_plan.recipe.third_party
+    ]
+    text_lines = {" ".join(line.split()) for t in texts for line in t.decode().splitlines()}
+    governed_elsewhere = 0
+    for package in EVERY:
+        text = (installed / "usr/share/doc" / package / "copyright").read_text()
+        fields = paragraphs(text)
+        stanzas = [f for f in fields if "Files" in f]
+        defined = {f["License"] for f in fields if "Files" not in f and "License" in f}
+        assert stanzas[0]["Files"] == "*"
+        assert dep5_terms(stanzas[0]["License"], names) == {real_plan.wheel.license}
+        for stanza in stanzas:
+            used = re.split(r"\s*,?\s+(?:and|or)\s+", stanza["License"])
+            assert {u.split("\n")[0] for u in used} <= {d.split("\n")[0] for d in defined}
+        statements: dict[int, set[str]] = {}
+        listed = dpkg(installed, "-L", package).stdout.splitlines()
+        for path, wheel in ((p, members[p]) for p in listed if p in members):
+            stanza = governing(stanzas, path.lstrip("/"))
+            covered = dep5_terms(stanza["License"], names)
+            assert set(terms(concluded[wheel].concluded)) <= covered, (package, path, stanza)
+            statements.setdefault(id(stanza), set()).update(
+                " ".join(c.split()) for c in concluded[wheel].copyrights
+            )
+            governed_elsewhere += stanza is not stanzas[0]
+        for stanza in stanzas[1:]:
+            for holder in stanza["Copyright"].split("\n"):
+                assert (
+                    holder in statements.get(id(stanza), set())
+                    or holder in text_lines
+                    or any(holder in line for line in text_lines)
+                    or re.fullmatch(r"the \S+ authors", holder)
+                ), (package, stanza["Files"], holder)
+    assert governed_elsewhere > 0  # third-party code has stanzas of its own
+    assert "MPL-2.0" in (installed / "usr/share/doc/libexecutorch/copyright").read_text()
+    assert "MPL-2.0" not in (installed / "usr/share/doc/libexecutorch-dev/copyright").read_text()
+
+
+def test_source_copyright_lists_the_excluded_files(debs: Path, real_plan: Plan) -> None:
+    """The source package's debian/copyright names the wheel files no package ships in
+    Files-Excluded, with globs (the recipe's [[exclude]] paths) that match exactly them and
+    no shipped file, and says why in its Comment."""
+    (tarball,) = debs.glob("*.debian.tar.xz")
+    with tarfile.open(tarball) as archive:
+        member = archive.extractfile("debian/copyright")
+        assert member is not None
+        text = member.read().decode()
+    header = paragraphs(text)[0]
+    globs = header["Files-Excluded"].split()
+    assert real_plan.excluded and globs
+    assert excluded_globs_cover(real_plan, globs) == ([], [])
+    comment = " ".join(header["Comment"].split())
+    for exclusion in real_plan.recipe.exclusions:
+        assert " ".join(exclusion.reason.split()) in comment

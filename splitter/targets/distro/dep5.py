@@ -16,7 +16,8 @@ import re
 import textwrap
 from collections.abc import Callable, Iterable, Sequence
 
-from splitter.model import FileLicence, Plan
+from splitter.licensing import FileLicence
+from splitter.model import Plan
 from splitter.plan.layout import deb_layout, install_path
 from splitter.plan.licences import UNKNOWN, LicenceText, licence_texts
 from splitter.plan.recipethird import terms
@@ -77,11 +78,11 @@ def copyright_file(plans: Sequence[Plan], package: str | None, origin: str, role
     rank = _rank(first)
     used = sorted({s for each in licences.values() for s in _sources(each)} | {PROJECT}, key=rank)
     short = _short_names(first, used)
-    star = [p for p, each in licences.items() if _sources(each) == {PROJECT}]
-    groups: dict[str, list[str]] = {"*": star}
+    groups: dict[str, list[str]] = {"*": []}  # License -> its paths; "*": the project's alone
     for path, each in licences.items():
-        if path not in groups["*"]:
-            groups.setdefault(_render(each, short, rank), []).append(path)
+        text = "*" if _sources(each) == {PROJECT} else _render(each, short, rank)
+        groups.setdefault(text, []).append(path)
+    star = groups["*"]
     project_holders = _holders(texts.get(PROJECT), f"the {first.recipe.project} authors")
     if package is None:  # the source package's files are the wheels: Files: * names all
         star_licence = " and ".join(short[s] for s in used)
@@ -109,7 +110,7 @@ def copyright_file(plans: Sequence[Plan], package: str | None, origin: str, role
 
 def _cut(role: str, development: bool) -> bool:
     """Whether a file is left out of the `role` part of its split package."""
-    return False
+    return (role == DEVELOPMENT and not development) or (role == LIBRARY and development)
 
 
 def _multiarch(path: str, triplet: str) -> str:
