@@ -2,9 +2,8 @@
 file has a concluded licence with its scanner evidence; a file carrying a licence nothing
 reviewed covers stops `plan` and `build` (exit 15) naming it, until the recipe concludes or
 excludes it; an excluded file is in no package and listed as excluded; the recipe's shipped
-scan is what ScanCode itself reports for those files; and an independent scanner (Debian's
-licensecheck, a different method from the build's ScanCode) run over the unpacked packages
-finds no licence a package's expression does not name."""
+scan is what ScanCode itself reports for those files; and licensecheck, run from outside over
+the unpacked packages, finds no licence a package's expression does not name."""
 
 from __future__ import annotations
 
@@ -21,7 +20,7 @@ from builders import record_hash, run_splitter
 from consumer_tools import locked_venv
 from license_expression import get_spdx_licensing  # type: ignore[import-untyped]
 
-from splitter.input.scan import read_scan, scan
+from splitter.input.scan import read_scan, scan_scancode
 from splitter.plan.make import make_plan
 from splitter.plan.recipe import load_recipe
 from splitter.plan.recipethird import terms
@@ -101,7 +100,6 @@ def test_every_shipped_file_has_a_concluded_licence(real_wheel: Path) -> None:
     pybind = {f.path for f in plan.third_party if f.component == "pybind11"}
     assert "executorch/extension/pybindings/_C.cpython-311-x86_64-linux-gnu.so" in pybind
     assert "pybind11" in plan.package("executorch-export").third_party
-    assert "pybind11" in plan.package("executorch-export").license or True
 
 
 def test_plan_json_lists_the_excluded_files(real_wheel: Path) -> None:
@@ -116,8 +114,9 @@ def test_plan_json_lists_the_excluded_files(real_wheel: Path) -> None:
 
 
 def test_a_new_gpl_file_stops_plan_and_build_until_the_recipe_excludes_it(
-    real_wheel: Path, tmp_path: Path, scanner: Path
+    real_wheel: Path, tmp_path: Path
 ) -> None:
+    """The new file is not in the recipe's scan: the plan scans it (licensecheck)."""
     doctored = with_member(real_wheel, tmp_path / "wheel", GPL_FILE, GPL_TEXT)
     for command in (["plan"], ["build", "--target", "tree", "-o", str(tmp_path / "out")]):
         done = run_splitter(*command, str(doctored))
@@ -138,7 +137,9 @@ def test_a_new_gpl_file_stops_plan_and_build_until_the_recipe_excludes_it(
     excluded = {e["path"]: e for e in json.loads(done.stdout)["excluded"]}
     assert excluded[GPL_FILE]["reason"] == "a test helper script no package needs"
     out = tmp_path / "tree"
-    done = run_splitter("build", "-t", "tree", "--recipe", str(recipe), str(doctored), "-o", str(out))
+    done = run_splitter(
+        "build", "-t", "tree", "--recipe", str(recipe), str(doctored), "-o", str(out)
+    )
     assert done.returncode == 0, done.stderr
     assert not list(out.rglob("filter.py"))
 
@@ -151,16 +152,18 @@ def test_the_shipped_scan_is_what_scancode_reports(real_wheel: Path, scanner: Pa
     files = {}
     with zipfile.ZipFile(real_wheel) as wheel:
         plan = make_plan(real_wheel, recipe)
-        digests = {f.path: e.sha256 for e in plan.wheel.entries for f in [e]}
+        digests = {e.path: e.sha256 for e in plan.wheel.entries}
         found = [p for p, d in digests.items() if d in shipped and shipped[d].licenses]
         quiet = sorted(p for p, d in digests.items() if d in shipped and not shipped[d].licenses)
         sample = sorted(random.Random(50).sample(found, min(40, len(found))))
         sample += random.Random(51).sample(quiet, 20)
         for path in sample:
             files[digests[path]] = (path, wheel.read(path))
-    again = scan(files)
+    again = scan_scancode(files)
     for digest, (path, _) in files.items():
-        assert again[digest] == shipped[digest], path
+        assert again[digest].licenses == shipped[digest].licenses, path
+        assert again[digest].copyrights == shipped[digest].copyrights, path
+        assert shipped[digest].scanner == again[digest].scanner, path
 
 
 def test_licensecheck_finds_no_licence_a_package_does_not_declare(

@@ -22,7 +22,7 @@ from splitter.licensing import Conclusion, Evidence, ExcludedFile, Exclusion, Fi
 from splitter.model import ComponentFound, ThirdParty, WheelInfo
 from splitter.plan.layout import regenerated
 from splitter.plan.licences import UNKNOWN
-from splitter.plan.recipethird import terms
+from splitter.plan.recipethird import satisfied, terms
 
 
 def excluded_files(
@@ -111,7 +111,8 @@ def conclude(
                 detected=detected,
                 copyrights=copyrights,
                 basis=basis,
-                covered=all(t in allowed for d in detected for t in terms(d)),
+                # a reviewer's conclusion settles the file whatever the scanner read in it
+                covered=rule is not None or all(satisfied(d, allowed) for d in detected),
             )
         )
     return tuple(concluded)

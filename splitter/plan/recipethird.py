@@ -329,3 +329,50 @@ def valid_expression(expression: str) -> bool:
 
 
 _OPERATORS = frozenset({"and", "or", "with"})
+
+
+def satisfied(expression: str, allowed: set[str]) -> bool:
+    """Whether code under the SPDX `expression` may be taken under licences of `allowed`:
+    every operand of an AND, one of an OR (AND binds tighter), `X WITH Y` as one licence or
+    as X. An expression that does not parse is not satisfied."""
+    words = expression.replace("(", " ( ").replace(")", " ) ").split()
+    at = 0
+
+    def disjunction() -> bool:
+        nonlocal at
+        found = conjunction()
+        while at < len(words) and words[at] == "OR":
+            at += 1
+            found = conjunction() or found
+        return found
+
+    def conjunction() -> bool:
+        nonlocal at
+        found = operand()
+        while at < len(words) and words[at] == "AND":
+            at += 1
+            found = operand() and found
+        return found
+
+    def operand() -> bool:
+        nonlocal at
+        if at >= len(words):
+            raise ValueError(expression)
+        if words[at] == "(":
+            at += 1
+            found = disjunction()
+            if at >= len(words) or words[at] != ")":
+                raise ValueError(expression)
+            at += 1
+            return found
+        word = words[at]
+        at += 1
+        if at + 1 < len(words) and words[at] == "WITH":
+            word, at = f"{word} WITH {words[at + 1]}", at + 2
+        return word in allowed
+
+    try:
+        found = disjunction()
+    except ValueError:
+        return False
+    return found and at == len(words)
