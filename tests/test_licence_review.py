@@ -166,8 +166,11 @@ def test_the_shipped_scan_is_what_scancode_reports(real_wheel: Path, scanner: Pa
         assert shipped[digest].scanner == again[digest].scanner, path
 
 
+@pytest.mark.parametrize(
+    "fixture", ["real_wheel", "real_wheel_aarch64", "real_wheel_macos"], ids=str
+)
 def test_licensecheck_finds_no_licence_a_package_does_not_declare(
-    real_wheel: Path, tmp_path: Path
+    fixture: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     """Debian's licensecheck over every file of each package of the tree output: each
     licence it names for a file is one its package's expression names (the expression as
@@ -175,8 +178,9 @@ def test_licensecheck_finds_no_licence_a_package_does_not_declare(
     licensecheck = shutil.which("licensecheck")
     if licensecheck is None:
         pytest.skip("licensecheck missing: apt-get install licensecheck")
+    wheel: Path = request.getfixturevalue(fixture)
     out = tmp_path / "tree"
-    done = run_splitter("build", "-t", "tree", str(real_wheel), "-o", str(out))
+    done = run_splitter("build", "-t", "tree", str(wheel), "-o", str(out))
     assert done.returncode == 0, done.stderr
     licensing = get_spdx_licensing()
     problems = []

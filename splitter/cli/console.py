@@ -209,26 +209,35 @@ def _show_undeclared(result: Plan) -> None:
 
 
 def _show_third_party(result: Plan) -> None:
-    """One row per (component, package): its licence, files and exported symbols; each
-    package's licence expression; then the recipe's components this wheel does not carry."""
+    """One row per (component, package): its licence, files, exported symbols and the
+    occurrences of its strings; each package's licence expression; the recipe's components
+    this wheel does not carry; the files no package ships, by reason."""
     if not result.recipe.third_party:
         return
     rows: dict[tuple[str, str], list[int]] = {}
     for found in result.third_party:
-        row = rows.setdefault((found.component, found.package), [0, 0])
+        row = rows.setdefault((found.component, found.package), [0, 0, 0])
         row[0] += 1
         row[1] += found.symbols
+        row[2] += sum(count for _, count in found.strings)
     licences = {c.name: c.license for c in result.recipe.third_party}
-    table = make_table("component", "licence", "package", "files", "symbols")
-    for (component, package), (files, symbols) in sorted(
+    table = make_table("component", "licence", "package", "files", "symbols", "strings")
+    for (component, package), (files, symbols, strings) in sorted(
         rows.items(), key=lambda row: (row[0][0].casefold(), row[0][1])
     ):
-        table.add_row(component, licences[component], package, str(files), f"{symbols:,}")
+        table.add_row(
+            component, licences[component], package, str(files), f"{symbols:,}", f"{strings:,}"
+        )
     out.print(table)
     for split in result.packages:
         out.print(f"licence of {split.name}: {split.license}")
     if result.third_party_missing:
         out.print(f"third-party components not found: {', '.join(result.third_party_missing)}")
+    reasons: dict[str, int] = {}
+    for excluded in result.excluded:
+        reasons[excluded.reason] = reasons.get(excluded.reason, 0) + 1
+    for reason, count in reasons.items():
+        out.print(f"excluded from every package: {count} files ({reason})", highlight=False)
 
 
 def show_summary(built: Built, plan: Plan) -> None:
