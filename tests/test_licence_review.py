@@ -127,6 +127,23 @@ def test_a_new_gpl_file_stops_plan_and_build_until_the_recipe_excludes_it(
         assert not (tmp_path / "out").exists()
     recipe = tmp_path / "recipe" / "executorch.toml"
     shutil.copytree(RECIPE.parent, recipe.parent)
+    # the worksheet names the file; --draft appends an entry a plan refuses until reviewed
+    done = run_splitter("licences", "worksheet", "--json", "--recipe", str(recipe), str(doctored))
+    assert done.returncode == 0, done.stderr
+    (question,) = json.loads(done.stdout)["questions"]
+    assert [f["path"] for f in question["files"]] == [GPL_FILE]
+    assert question["detected"] == ["GPL-2.0-or-later"]
+    before = recipe.read_text()
+    done = run_splitter(
+        "licences", "worksheet", "-q", "--draft", "--recipe", str(recipe), str(doctored)
+    )
+    assert done.returncode == 0, done.stderr
+    after = recipe.read_text()
+    assert after.startswith(before)  # appended, the rest kept byte for byte
+    assert f'paths = ["{GPL_FILE}"]' in after[len(before) :]
+    done = run_splitter("plan", "--recipe", str(recipe), str(doctored))
+    assert done.returncode == 4 and "a draft entry nobody has reviewed" in done.stderr
+    recipe.write_text(before)
     with recipe.open("a") as text:
         text.write(
             '\n[[exclude]]\npaths = ["executorch/backends/example/third-party/*"]\n'
