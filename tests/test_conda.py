@@ -36,6 +36,7 @@ from splitter.model import Plan
 from splitter.plan.layout import make_layout
 from splitter.plan.make import make_plan
 from splitter.plan.recipe import load_recipe
+from splitter.plan.report import exclusivity_record
 from splitter.targets.conda.assemble import json_bytes
 from splitter.targets.conda.build import build_conda
 from splitter.targets.conda.channel import index_channel
@@ -140,7 +141,7 @@ def test_reproducible(real_plan: Plan, channel: Path, tmp_path: Path) -> None:
         ), name
 
 
-def test_metadata(channel: Path) -> None:
+def test_metadata(real_plan: Plan, channel: Path) -> None:
     found = packages(channel)
     index = {n: json.loads(conda_info_file(p, "info/index.json")) for n, p in found.items()}
     assert "__glibc >=2.28" in index[RUNTIME]["depends"]
@@ -156,11 +157,39 @@ def test_metadata(channel: Path) -> None:
         "weak": [f"{RUNTIME} >=1.5.1,<1.5.2.0a0"]
     }
     for name, path in found.items():
-        sidecar = json.loads(conda_info_file(path, "info/splitter-process-exclusive.json"))
         about = json.loads(conda_info_file(path, "info/about.json"))
-        assert sidecar["schema"] == "splitter.process-exclusive/1", name
-        assert about["extra"]["process_exclusive"] == sidecar["pairs"], name
+        # the exclusivity record lives in about.json's free-form extra, no file of its own
+        record = exclusivity_record(real_plan, real_plan.package(name))
+        assert about["extra"]["process_exclusive"] == record["pairs"], name
         assert conda_info_file(path, "info/licenses/LICENSE").startswith(b"BSD License")
+
+
+def info_names(package: Path) -> list[str]:
+    """The paths of a .conda's info archive."""
+    with zipfile.ZipFile(package) as archive:
+        member = next(n for n in archive.namelist() if n.startswith("info-"))
+        raw = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(archive.read(member))).read()
+    with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+        return tar.getnames()
+
+
+# CEP 34: "Build tools MUST NOT allow arbitrary files in" info/; the names it allows (files,
+# has_prefix and no_link deprecated), the folders by their first part
+CEP34 = frozenset(
+    {"index.json", "paths.json", "hash_input.json", "run_exports.json", "about.json",
+     "link.json", "files", "has_prefix", "no_link", "licenses", "recipe", "test", "git"}
+)  # fmt: skip
+
+
+def test_info_holds_only_what_cep_34_allows(channel: Path) -> None:
+    """No splitter file in info/ (the exclusivity record is in about.json, the SBOMs in the
+    package's share/doc/<name>/, beside the files they list)."""
+    for name, path in packages(channel).items():
+        names = info_names(path)
+        assert all(n.startswith("info/") for n in names), name
+        extra = {n.split("/")[1] for n in names if n != "info"} - CEP34
+        assert extra == set(), (name, extra)
+        assert not [n for n in names if "sbom" in n], name
 
 
 def test_rattler_build_inspector(channel: Path) -> None:

@@ -65,9 +65,7 @@ def sidecars(outputs: dict[str, Path]) -> list[dict[str, object]]:
         if manifest.name != NAME:  # the output's splitter manifest
             found += json.loads(manifest.read_text())["process_exclusive"]
     for package in sorted(outputs["conda"].glob("*/*.conda")):
-        found += json.loads(conda_info_file(package, "info/splitter-process-exclusive.json"))[
-            "pairs"
-        ]
+        # conda's is in about.json's extra alone (CEP 34: no file of splitter's own in info/)
         about = json.loads(conda_info_file(package, "info/about.json"))
         found += about["extra"]["process_exclusive"]
     for wheel in sorted(outputs["wheel"].glob("*.whl")):
@@ -81,8 +79,8 @@ def sidecars(outputs: dict[str, Path]) -> list[dict[str, object]]:
 
 def test_sidecars_in_every_target(outputs: dict[str, dict[str, Path]]) -> None:
     dup, real = sidecars(outputs["dup"]), sidecars(outputs["real"])
-    # export and kernels-quantized carry it in tree (2), conda (2 sidecars + 2 about) and wheel (2)
-    assert len(dup) == len(real) == 8
+    # export and kernels-quantized carry it in tree (2), conda (2 about.json) and wheel (2)
+    assert len(dup) == len(real) == 6
     assert all(v["in_effect"] is True for v in dup)
     assert all("quantized_decomposed::add.out" in v["operators"] for v in dup)  # type: ignore[operator]
     assert all(v["in_effect"] is False for v in real)

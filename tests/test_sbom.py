@@ -17,7 +17,13 @@ from license_expression import get_spdx_licensing  # type: ignore[import-untyped
 
 from splitter.model import Plan
 from splitter.plan.layout import conda_layout
-from splitter.targets.generated.sbom import SbomFile, licenses, render_sbom
+from splitter.targets.generated.sbom import (
+    SbomFile,
+    SbomPackage,
+    licenses,
+    make_bom,
+    render_sbom,
+)
 from splitter.targets.install import make_install_plan
 
 pytestmark = pytest.mark.integration
@@ -43,6 +49,7 @@ def _files(plan: Plan) -> dict[str, tuple[SbomFile, ...]]:
                 sha256=hashlib.sha256(f.data).hexdigest()
                 if f.data is not None
                 else record[f.source],
+                sha1=hashlib.sha1(f.path.encode()).hexdigest(),  # any: it is only repeated
                 source=f.source,
             )
             for f in install.of(package)
@@ -51,18 +58,16 @@ def _files(plan: Plan) -> dict[str, tuple[SbomFile, ...]]:
     }
 
 
+def _named(plan: Plan, name: str) -> SbomPackage:
+    return SbomPackage(package=name, name=name, version=plan.wheel.version, purl=_purl(plan, name))
+
+
 def _render(plan: Plan, files: Mapping[str, tuple[SbomFile, ...]]) -> dict[str, bytes]:
     out = {}
     for package in plan.packages:
-        siblings = {d.name: _purl(plan, d.name) for d in package.depends if d.version is not None}
-        out[package.name] = render_sbom(
-            plan,
-            package.name,
-            package.name,
-            _purl(plan, package.name),
-            files[package.name],
-            siblings,
-        )
+        siblings = [_named(plan, d.name) for d in package.depends if d.version is not None]
+        bom = make_bom(plan, _named(plan, package.name), files[package.name], siblings)
+        out[package.name] = render_sbom(bom)
     return out
 
 
@@ -117,6 +122,13 @@ def test_sbom_components_are_the_third_party_found(
         assert component["externalReferences"] == [
             {"type": "vcs", "url": recipe[component["name"]].url}
         ]
+        known = recipe[component["name"]]
+        assert component.get("supplier", {}).get("name", "") == known.supplier
+        assert (component.get("version", ""), component.get("purl", "")) == (
+            known.version,
+            known.purl,
+        )
+        assert component.get("cpe", "") == known.cpe
 
 
 def test_some_package_holds_third_party_code(real_plan: Plan) -> None:
@@ -150,10 +162,14 @@ def test_sbom_lists_every_file_once_with_its_hash(
 ) -> None:
     document = json.loads(rendered[package])
     listed = [c for c in document["components"] if c["type"] == "file"]
+    listed = [c for c in listed if c.get("scope") != "excluded"]
     assert [c["name"] for c in listed] == sorted(f.path for f in files[package])
     hashes = {c["name"]: c["hashes"] for c in listed}
     for file in files[package]:
-        assert hashes[file.path] == [{"alg": "SHA-256", "content": file.sha256}]
+        assert hashes[file.path] == [
+            {"alg": "SHA-256", "content": file.sha256},
+            {"alg": "SHA-1", "content": file.sha1},
+        ]
     refs = [c["bom-ref"] for c in document["components"]]
     assert len(refs) == len(set(refs))
 
@@ -166,8 +182,11 @@ def test_sbom_depends_on_its_sibling_packages(
     siblings = sorted(
         _purl(real_plan, d.name) for d in real_plan.package(package).depends if d.version
     )
+    components = [f"component:{c}" for c in real_plan.package(package).third_party]
     # the siblings' own dependencies are left unknown: an entry without dependsOn would say none
-    assert document["dependencies"] == [{"ref": _purl(real_plan, package), "dependsOn": siblings}]
+    assert document["dependencies"] == [
+        {"ref": _purl(real_plan, package), "dependsOn": sorted(components + siblings)}
+    ]
     named = [c["purl"] for c in document["components"] if c["bom-ref"] in siblings]
     assert named == siblings
 
@@ -217,7 +236,7 @@ def test_sbom_refuses_a_component_in_a_file_it_does_not_list(
     found = real_plan.third_party[0]
     kept = tuple(f for f in files[found.package] if f.source != found.path)
     with pytest.raises(ValueError, match=found.path):
-        render_sbom(real_plan, found.package, found.package, "pkg:generic/x@1", kept, {})
+        render_sbom(make_bom(real_plan, _named(real_plan, found.package), kept, []))
 
 
 @pytest.mark.parametrize(

@@ -92,9 +92,10 @@ def test_layout(tree: Path) -> None:
         f"{PREFIX}/lib/libexecutorch_kernels_quantized.so",
         f"{PREFIX}/lib/cmake/executorch/executorch-component-kernels_quantized.cmake",
         f"{PREFIX}/lib/pkgconfig/executorch-kernels-quantized.pc",
-        # its licence (no third-party code: the wheel's alone) and its SBOM
+        # its licence (no third-party code: the wheel's alone) and its SBOMs
         f"{PREFIX}/share/licenses/executorch-kernels-quantized/LICENSE",
         f"{PREFIX}/share/doc/executorch-kernels-quantized/sbom.cdx.json",
+        f"{PREFIX}/share/doc/executorch-kernels-quantized/sbom.spdx.json",
     }
     export = staged_files(tree, "executorch-export")
     assert f"{PREFIX}/{SITE}/executorch/exir/__init__.py" in export

@@ -12,6 +12,7 @@ a rebuild of the same split writes the same bytes."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -24,7 +25,8 @@ from urllib.parse import quote
 
 from splitter import __version__
 from splitter.errors import UsageError
-from splitter.model import ComponentFound, ExcludedFile, FileLicence, Plan, ThirdParty
+from splitter.licensing import ExcludedFile, FileLicence
+from splitter.model import ComponentFound, Plan, ThirdParty
 
 SBOM_NAME = "sbom.cdx.json"
 SPEC_VERSION = "1.6"
@@ -185,6 +187,8 @@ def detected_expression(detected: Sequence[str]) -> str:
     """The licences a scanner detected in one file as one SPDX expression ("" for none): each
     detection applies to the file, so they are joined by AND."""
     found = sorted({d for d in detected if d})
+    if not found:
+        return ""
     if len(found) == 1:
         return found[0]
     return " AND ".join(f"({d})" if OPERATORS & set(_words(d)) else d for d in found)
@@ -197,6 +201,7 @@ def render_sbom(bom: Bom) -> bytes:
     supplier, address = packager(plan)
     components = held(bom)
     licences = file_licences(plan)
+    digests = {e.path: e.sha256 for e in plan.wheel.entries} if plan.excluded else {}
     document: Json = {
         "bomFormat": "CycloneDX",
         "specVersion": SPEC_VERSION,
@@ -224,7 +229,10 @@ def render_sbom(bom: Bom) -> bytes:
         "components": [
             *(_third_party_component(third, where) for third, where in components),
             *(_file_component(file, licences.get(file.source)) for file in bom.files),
-            *(_excluded_component(e) for e in sorted(plan.excluded, key=lambda e: e.path)),
+            *(
+                _excluded_component(e, digests[e.path])
+                for e in sorted(plan.excluded, key=lambda e: e.path)
+            ),
             *(
                 {
                     "type": "library",
@@ -283,10 +291,17 @@ def licenses(expression: str, acknowledgement: str = "") -> list[Json]:
     an expression for a compound one (AND, OR, WITH) or a LicenseRef (not in the schema's list
     of identifiers); with `acknowledgement` ("concluded", "declared") when given."""
     said = {"acknowledgement": acknowledgement} if acknowledgement else {}
-    single = not OPERATORS & set(_words(expression))
-    if single and not expression.startswith(("LicenseRef-", "DocumentRef-")):
+    if _single(expression):
         return [{"license": {"id": expression, **said}}]
     return [{"expression": expression, **said}]
+
+
+@functools.cache
+def _single(expression: str) -> bool:
+    """Whether `expression` is one licence of SPDX's list (no operator, no LicenseRef); asked
+    once per distinct expression, as the export package's thousands of files share a few."""
+    compound = OPERATORS & set(_words(expression))
+    return not compound and not expression.startswith(("LicenseRef-", "DocumentRef-"))
 
 
 def _words(expression: str) -> list[str]:
@@ -349,8 +364,9 @@ def _file_component(file: SbomFile, licence: FileLicence | None) -> Json:
     return out
 
 
-def _excluded_component(excluded: ExcludedFile) -> Json:
-    """A wheel file the recipe excludes from every package, with the reason."""
+def _excluded_component(excluded: ExcludedFile, sha256: str) -> Json:
+    """A wheel file the recipe excludes from every package, with its digest in the wheel
+    (RECORD's) and the reason."""
     path = excluded.path
     detected = detected_expression(excluded.detected)
     return {
@@ -358,6 +374,7 @@ def _excluded_component(excluded: ExcludedFile) -> Json:
         "bom-ref": f"excluded:{path}",
         "name": path,
         "scope": "excluded",
+        "hashes": [{"alg": "SHA-256", "content": sha256}],
         "properties": [{"name": "splitter:excluded-reason", "value": excluded.reason}],
         **({"evidence": {"licenses": licenses(detected)}} if detected else {}),
     }

@@ -1,0 +1,321 @@
+"""Both SBOMs of every package, in every format that ships them, built with `splitter build` from
+the real wheels: the CycloneDX 1.6 one valid against its schema, the SPDX 2.3 one beside it valid
+for spdx-tools and conformant to the NTIA minimum elements (ntia-conformance-checker: supplier,
+version and identifiers of every component, no floating package, author, timestamp,
+dependency relationships), both saying the same of the same files; and rendered reproducibly."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import io
+import json
+import logging
+import os
+import subprocess
+import tarfile
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import zstandard
+from builders import run_splitter
+from consumer_tools import conan_executable
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
+from ntia_conformance_checker.sbom_checker import SbomChecker
+from spdx_tools.spdx.parser.parse_anything import parse_file
+from spdx_tools.spdx.validation.document_validator import (
+    validate_full_spdx_document,
+)
+
+from splitter.model import Plan
+from splitter.plan.make import make_plan
+from splitter.plan.recipe import load_recipe
+from splitter.targets.generated.sbom import Bom, SbomFile, SbomPackage, make_bom, render_sbom
+from splitter.targets.generated.spdx import render_spdx
+
+pytestmark = pytest.mark.integration
+
+# the recipe the wheels are split with; SPLITTER_TEST_RECIPE: one under review (as conftest's
+# SPLITTER_TEST_WHEEL overrides the wheel)
+RECIPE = os.environ.get("SPLITTER_TEST_RECIPE", "")
+VALIDATOR = JsonStrictValidator(SchemaVersion.V1_6)
+# (wheel fixture, target): every format on x86_64, the cheap ones on the other platforms
+BUILDS = [
+    *(("real_wheel", t) for t in ("wheel", "tree", "conda", "deb", "rpm", "conan")),
+    *(("real_wheel_aarch64", t) for t in ("wheel", "conda")),
+    *(("real_wheel_macos", t) for t in ("wheel", "tree", "conda")),
+]
+IDS = [f"{w.removeprefix('real_wheel').strip('_') or 'x86_64'}-{t}" for w, t in BUILDS]
+
+Documents = dict[str, bytes]  # where in the output -> the SBOM's bytes
+
+
+def recipe_args() -> list[str]:
+    return ["--recipe", RECIPE] if RECIPE else []
+
+
+@pytest.fixture(scope="module")
+def conan_on_path() -> Iterator[None]:
+    binary = conan_executable()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PATH", f"{binary.parent}{os.pathsep}{os.environ['PATH']}")
+        yield
+
+
+@pytest.fixture(scope="module")
+def built() -> dict[tuple[str, str], Path]:
+    """Each build's output directory, made on first use (output)."""
+    return {}
+
+
+def output(
+    request: pytest.FixtureRequest,
+    built: dict[tuple[str, str], Path],
+    tmp_path_factory: pytest.TempPathFactory,
+    wheel: str,
+    target: str,
+) -> Path:
+    if (wheel, target) not in built:
+        if target == "conan":
+            request.getfixturevalue("conan_on_path")
+        out = tmp_path_factory.mktemp(f"{wheel}-{target}") / "out"
+        path = request.getfixturevalue(wheel)
+        done = run_splitter("build", "-q", "-t", target, "-o", str(out), *recipe_args(), str(path))
+        assert done.returncode == 0, done.stderr
+        built[wheel, target] = out
+    return built[wheel, target]
+
+
+def documents(out: Path, target: str) -> Documents:
+    """Every SBOM the output's packages hold, read from the packages as shipped."""
+    found: Documents = {}
+    if target == "wheel":
+        for wheel in sorted(out.glob("*.whl")):
+            with zipfile.ZipFile(wheel) as archive:
+                for name in archive.namelist():
+                    if "/sboms/" in name:
+                        found[f"{wheel.name}:{name}"] = archive.read(name)
+    elif target == "tree":
+        for path in sorted(out.rglob("sbom*.json")):
+            found[path.relative_to(out).as_posix()] = path.read_bytes()
+    elif target == "conan":
+        for tgz in sorted(out.glob("*.conan.tgz")):
+            found |= tar_sboms(tgz.name, tgz.read_bytes())
+    elif target == "conda":
+        for package in sorted(out.glob("*/*.conda")):
+            for name, data in conda_members(package).items():
+                if "sbom" in name:
+                    found[f"{package.name}:{name}"] = data
+    elif target == "deb":
+        for package in sorted(out.glob("*.deb")):
+            raw = subprocess.run(
+                ["dpkg-deb", "--fsys-tarfile", str(package)], capture_output=True, check=True
+            ).stdout
+            found |= tar_sboms(package.name, raw)
+    elif target == "rpm":
+        for package in sorted(out.glob("*.rpm")):
+            if not package.name.endswith(".src.rpm"):
+                found |= _rpm_sboms(package)
+    return found
+
+
+def _rpm_sboms(package: Path) -> Documents:
+    """The SBOMs of one .rpm, its payload unpacked with rpm2cpio and cpio."""
+    listed = subprocess.run(
+        ["rpm", "-qlp", str(package)], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    found = {}
+    for name in (n for n in listed if "/sbom" in n):
+        data = subprocess.run(
+            f"rpm2cpio '{package}' | cpio -i --to-stdout --quiet '.{name}'",
+            shell=True,
+            capture_output=True,
+            check=True,
+        ).stdout
+        found[f"{package.name}:{name}"] = data
+    return found
+
+
+def tar_sboms(label: str, raw: bytes) -> Documents:
+    with tarfile.open(fileobj=io.BytesIO(raw)) as tar:  # plain or gzip
+        return {
+            f"{label}:{member.name}": tar.extractfile(member).read()  # type: ignore[union-attr]
+            for member in tar.getmembers()
+            if member.isfile() and "/sbom" in member.name
+        }
+
+
+def conda_members(package: Path) -> dict[str, bytes]:
+    """Every file of a .conda (its info and pkg archives), by path."""
+    out = {}
+    with zipfile.ZipFile(package) as archive:
+        for member in archive.namelist():
+            if member.endswith(".tar.zst"):
+                stream = zstandard.ZstdDecompressor().stream_reader(
+                    io.BytesIO(archive.read(member))
+                )
+                with tarfile.open(fileobj=io.BytesIO(stream.read())) as tar:
+                    for item in tar.getmembers():
+                        if item.isfile():
+                            out[item.name] = tar.extractfile(item).read()  # type: ignore[union-attr]
+    return out
+
+
+def pairs(found: Documents) -> list[tuple[str, bytes, bytes]]:
+    """(where, CycloneDX bytes, SPDX bytes) of each package."""
+    return [
+        (name, data, found[name.removesuffix(".cdx.json") + ".spdx.json"])
+        for name, data in sorted(found.items())
+        if name.endswith(".cdx.json")
+    ]
+
+
+@pytest.fixture(params=BUILDS, ids=IDS)
+def sboms(
+    request: pytest.FixtureRequest,
+    built: dict[tuple[str, str], Path],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> list[tuple[str, bytes, bytes]]:
+    wheel, target = request.param
+    out = output(request, built, tmp_path_factory, wheel, target)
+    found = documents(out, target)
+    # both, for each package: Conan's are the C++ ones (no export package)
+    assert len(found) == 2 * len(pairs(found)) == (4 if target == "conan" else 6), sorted(found)
+    return pairs(found)
+
+
+def test_cyclonedx_validates_with_the_ntia_elements(sboms: list[tuple[str, bytes, bytes]]) -> None:
+    for where, cdx, _ in sboms:
+        assert VALIDATOR.validate_str(cdx.decode()) is None, where
+        document = json.loads(cdx)
+        metadata = document["metadata"]
+        assert metadata["timestamp"].endswith("Z") and metadata["authors"], where
+        assert metadata["authors"][0]["name"].startswith("splitter ")
+        libraries = [c for c in document["components"] if c["type"] == "library"]
+        assert libraries, where
+        for component in libraries:
+            assert component["supplier"]["name"] and component["version"], (where, component)
+            # a purl where the recipe knows one (metal-cpp, Apple's download, has none)
+            assert component["bom-ref"] in (component.get("purl"), f"component:{component['name']}")
+        # a .deb or .rpm of the split is the packager's, not Debian's or Fedora's
+        purl = metadata["component"]["purl"]
+        assert not purl.startswith(("pkg:deb/debian/", "pkg:rpm/fedora/")), purl
+        # the package depends on each component and each sibling, and on nothing else
+        [edges] = document["dependencies"]
+        assert edges["ref"] == metadata["component"]["purl"]
+        assert sorted(edges["dependsOn"]) == sorted(c["bom-ref"] for c in libraries)
+
+
+def test_spdx_validates_and_is_ntia_conformant(
+    sboms: list[tuple[str, bytes, bytes]], tmp_path: Path
+) -> None:
+    logging.getLogger().setLevel(logging.ERROR)  # the checker logs warnings of its own
+    for index, (where, _, spdx) in enumerate(sboms):
+        path = tmp_path / f"{index}.spdx.json"
+        path.write_bytes(spdx)
+        assert validate_full_spdx_document(parse_file(str(path))) == [], where
+        checker = SbomChecker(str(path))
+        assert checker.parsing_errors == [] and checker.validation_messages == [], where
+        assert checker.components_without_suppliers == [], where
+        assert checker.components_without_versions == [], where
+        assert checker.components_without_identifiers == [], where
+        assert checker.floating_component_ids == set(), where
+        assert checker.compliant, where
+
+
+def test_both_say_the_same_of_the_same_files(sboms: list[tuple[str, bytes, bytes]]) -> None:
+    """One model, two renderings: the SPDX files are the CycloneDX files but the SPDX document
+    itself (which the CycloneDX one lists), with the same digests; the same components,
+    siblings, versions, time and concluded licences."""
+    for where, cdx_bytes, spdx_bytes in sboms:
+        cdx, spdx = json.loads(cdx_bytes), json.loads(spdx_bytes)
+        files = {
+            c["name"]: {h["alg"]: h["content"] for h in c["hashes"]}
+            for c in cdx["components"]
+            if c["type"] == "file" and c.get("scope") != "excluded"
+        }
+        spdx_files = {
+            f["fileName"].removeprefix("./"): {
+                {"SHA1": "SHA-1", "SHA256": "SHA-256"}[c["algorithm"]]: c["checksumValue"]
+                for c in f["checksums"]
+            }
+            for f in spdx["files"]
+        }
+        [own] = set(files) - set(spdx_files)
+        assert own.endswith(".spdx.json") and where.endswith(
+            own.rsplit("/", 1)[-1].replace("spdx", "cdx")
+        )
+        del files[own]
+        assert files == spdx_files, where
+        libraries = {c["name"]: c["version"] for c in cdx["components"] if c["type"] == "library"}
+        packages = {p["name"]: p["versionInfo"] for p in spdx["packages"][1:]}
+        assert libraries == packages, where
+        assert cdx["metadata"]["timestamp"] == spdx["creationInfo"]["created"], where
+        concluded = {
+            c["name"]: c["licenses"]
+            for c in cdx["components"]
+            if c["type"] == "file" and "licenses" in c
+        }
+        for entry in spdx["files"]:
+            name = entry["fileName"].removeprefix("./")
+            if entry["licenseConcluded"] != "NOASSERTION":
+                [choice] = concluded[name]
+                said = choice.get("expression") or choice["license"]["id"]
+                assert said == entry["licenseConcluded"], (where, name)
+
+
+# -- the renderers on one plan: reproducible, time from SOURCE_DATE_EPOCH, excluded files
+
+
+@pytest.fixture(scope="module")
+def plan(real_wheel: Path) -> Plan:
+    return make_plan(real_wheel, load_recipe(Path(RECIPE)) if RECIPE else load_recipe())
+
+
+def bom_of(plan: Plan, package: str = "executorch-runtime") -> Bom:
+    spec = plan.package(package)
+    files = [
+        SbomFile(path=path, sha256=entry.sha256, sha1="0" * 40, source=path)
+        for entry in plan.wheel.entries
+        for path in (entry.path,)
+        if path in spec.files
+    ]
+    subject = SbomPackage(
+        package=package, name=package, version="1.5.1", purl=f"pkg:generic/{package}@1.5.1"
+    )
+    return make_bom(plan, subject, files, [])
+
+
+def test_spdx_is_the_same_bytes_for_the_same_split(plan: Plan) -> None:
+    first = render_spdx(bom_of(plan))
+    assert render_spdx(bom_of(plan)) == first
+    other = dataclasses.replace(plan, wheel=dataclasses.replace(plan.wheel, sha256="0" * 64))
+    namespace = json.loads(first)["documentNamespace"]
+    assert json.loads(render_spdx(bom_of(other)))["documentNamespace"] != namespace
+
+
+def test_timestamp_is_source_date_epoch_else_the_wheels(
+    plan: Plan, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    wheel_time = json.loads(render_sbom(bom_of(plan)))["metadata"]["timestamp"]
+    expected = datetime.datetime.fromtimestamp(plan.wheel.timestamp, datetime.UTC)
+    assert wheel_time == expected.strftime("%Y-%m-%dT%H:%M:%SZ")
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    bom = bom_of(plan)
+    assert json.loads(render_sbom(bom))["metadata"]["timestamp"] == "2023-11-14T22:13:20Z"
+    assert json.loads(render_spdx(bom))["creationInfo"]["created"] == "2023-11-14T22:13:20Z"
+
+
+def test_excluded_files_are_listed_as_excluded(plan: Plan) -> None:
+    assert plan.excluded, "the recipe excludes files of the real wheel"
+    document = json.loads(render_sbom(bom_of(plan)))
+    listed = {c["name"]: c for c in document["components"] if c.get("scope") == "excluded"}
+    assert set(listed) == {e.path for e in plan.excluded}
+    for excluded in plan.excluded:
+        assert listed[excluded.path]["properties"] == [
+            {"name": "splitter:excluded-reason", "value": excluded.reason}
+        ]
