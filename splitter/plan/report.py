@@ -148,9 +148,10 @@ def plan_json(plan: Plan) -> dict[str, Any]:
 
 
 def licences_json(plan: Plan) -> list[dict[str, Any]]:
-    """Each shipped file whose licence is not simply the project's: a scanner finding in it,
-    a component's code, or a reviewed conclusion (the others are the project's own code under
-    its licence, with nothing found), with its evidence and basis."""
+    """Each shipped file whose licence is not simply the project's: a scanner finding of
+    another licence in it, a component's code, or a reviewed conclusion (the others are the
+    project's own code under its licence, with nothing else found), with its evidence and
+    basis."""
     return [
         {
             "path": f.path,
@@ -162,7 +163,7 @@ def licences_json(plan: Plan) -> list[dict[str, Any]]:
             **({} if f.covered else {"covered": False}),
         }
         for f in plan.licences
-        if f.basis != "project" or f.detected
+        if f.basis != "project" or set(f.detected) - {plan.wheel.license}
     ]
 
 
