@@ -19,6 +19,7 @@ import zstandard
 from builders import run_splitter
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
+from licence_texts import expected_texts
 from license_expression import get_spdx_licensing  # type: ignore[import-untyped]
 
 from splitter.model import Plan
@@ -50,30 +51,17 @@ def built(real_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
     return out
 
 
-def expected_texts(plan: Plan, package: str) -> dict[str, bytes]:
-    """The texts a package must carry, derived from the components nm finds in its files
-    (tests/test_components.py checks those against binutils): the wheel's own licence and
-    each component's file under recipes/licenses."""
-    held = {f.component for f in plan.third_party if f.package == package}
-    texts = {}
-    with zipfile.ZipFile(plan.wheel.path) as wheel:
-        for member in plan.wheel.license_files:
-            texts[member.rsplit("/", 1)[-1]] = wheel.read(member)
-    for component in plan.recipe.third_party:
-        if component.name in held:
-            copy = LICENSES / f"{component.name}-{component.license_path.rsplit('/', 1)[-1]}"
-            texts[copy.name] = copy.read_bytes()
-    return texts
-
-
 def check_expression(plan: Plan, package: str, expression: str) -> None:
-    """Parses as SPDX (strict) and names exactly the project's and the components' licences."""
+    """Parses as SPDX (strict) and names exactly the licences of the project and of the
+    concluded licences of the package's files (each licence and exception once)."""
     licensing = get_spdx_licensing()
     parsed = licensing.parse(expression, validate=True, strict=True)
-    held = {f.component for f in plan.third_party if f.package == package}
-    wanted = {plan.wheel.license} | {c.license for c in plan.recipe.third_party if c.name in held}
-    keys = {str(s) for s in licensing.license_symbols(parsed, decompose=False)}
-    assert keys == {str(licensing.parse(w)) for w in wanted}, (package, expression)
+    wanted = {plan.wheel.license} | {f.concluded for f in plan.licences if f.package == package}
+    keys = set(licensing.license_keys(parsed))
+    assert keys == {k for w in wanted for k in licensing.license_keys(licensing.parse(w))}, (
+        package,
+        expression,
+    )
 
 
 def check_sbom(text: bytes, files: dict[str, bytes], package: str, plan: Plan) -> None:

@@ -27,6 +27,7 @@ from consumer_tools import (
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 from distro_licences import wheel_paths
+from licence_texts import expected_texts
 from license_expression import get_spdx_licensing  # type: ignore[import-untyped]
 from rowcounts import full_verify_matches, listing
 
@@ -197,13 +198,8 @@ def expected_files(plan: Plan, package: str) -> dict[str, set[str]]:
             cut[DEVEL[package]].add(
                 f"/usr/share/doc/{DEVEL[package]}/splitter-undeclared-functions.txt"
             )
-    # every binary package: the wheel's licence and the text of each component in its files
-    held = {f.component for f in plan.third_party if f.package == package}
-    texts = ["LICENSE"] + [
-        f"{c.name}-{c.license_path.rsplit('/', 1)[-1]}"
-        for c in plan.recipe.third_party
-        if c.name in held
-    ]
+    # every binary package: the licence texts of its split package (tests/licence_texts.py)
+    texts = sorted(expected_texts(plan, package))
     for each in cut:
         cut[each] |= {f"/usr/share/licenses/{each}/{text}" for text in texts}
     return cut
