@@ -78,11 +78,16 @@ def conclude(
         if each.patterns or each.strings:
             linked.setdefault(each.path, []).append(each.component)
     matchers = [(index, c, _matcher(c.paths)) for index, c in enumerate(conclusions)]
+    # one expression of every conclusion's paths first: most files match none
+    any_rule = _matcher(tuple(p for c in conclusions for p in c.paths)) if conclusions else None
     loadable = set(binaries)
     sha = {e.path: e.sha256 for e in wheel.entries}
+    covers: dict[tuple[str, str], bool] = {}  # (finding, conclusion) -> satisfied
     concluded = []
     for path in sorted(owners):
-        rule = next(((i, c) for i, c, match in matchers if match(path)), None)
+        rule = None
+        if any_rule is not None and any_rule(path):
+            rule = next(((i, c) for i, c, match in matchers if match(path)), None)
         claimed = [vendored[path]] if path in vendored else []
         names = sorted({*claimed, *linked.get(path, ())}, key=order.__getitem__)
         if regenerated(path, wheel.dist_info):
@@ -100,9 +105,9 @@ def conclude(
         scanned = evidence.get(sha[path])
         detected = scanned.licenses if scanned is not None else ()
         copyrights = scanned.copyrights if scanned is not None else ()
-        # a licence with an exception covers a finding of the licence alone (an exception
-        # only grants more): a scanner that names Apache-2.0 where the notice adds LLVM's
-        allowed = {part for t in terms(expression) for part in (t, t.split(" WITH ")[0])}
+        for finding in detected:
+            if (finding, expression) not in covers:
+                covers[finding, expression] = satisfied(finding, _allowed(expression))
         concluded.append(
             FileLicence(
                 path=path,
@@ -112,10 +117,17 @@ def conclude(
                 copyrights=copyrights,
                 basis=basis,
                 # a reviewer's conclusion settles the file whatever the scanner read in it
-                covered=rule is not None or all(satisfied(d, allowed) for d in detected),
+                covered=rule is not None or all(covers[d, expression] for d in detected),
             )
         )
     return tuple(concluded)
+
+
+def _allowed(expression: str) -> set[str]:
+    """The licences code concluded under `expression` may be taken under: each of its
+    licences, and a licence with an exception also as the licence alone (an exception only
+    grants more: a scanner that names Apache-2.0 where the notice adds LLVM's)."""
+    return {part for t in terms(expression) for part in (t, t.split(" WITH ")[0])}
 
 
 def check_reviewed(wheel: WheelInfo, licences: Iterable[FileLicence]) -> None:

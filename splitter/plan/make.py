@@ -138,7 +138,12 @@ def make_plan(
         lib_names = {p.removeprefix(LIB) for p in files if p.startswith(LIB)}
         components = held_components(recipe.third_party, third_party, spec.name)
         license = join_all(
-            [wheel.license or UNKNOWN, *(f.concluded for f in licences if f.package == spec.name)]
+            dict.fromkeys(
+                [
+                    wheel.license or UNKNOWN,
+                    *(f.concluded for f in licences if f.package == spec.name),
+                ]
+            )
         )
         packages.append(
             PackagePlan(
