@@ -68,11 +68,13 @@ class CondaBackend(StrEnum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WheelEntry:
-    """One verified file of the wheel; `path` is its POSIX path inside the archive."""
+    """One verified file of the wheel; `path` is its POSIX path inside the archive; `sha1`, hashed
+    from the same bytes as `sha256`, is what an SPDX SBOM states for each file."""
 
     path: str
     size: int
     sha256: str
+    sha1: str
     executable: bool
 
 

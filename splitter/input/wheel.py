@@ -153,7 +153,7 @@ def _read_archive(
 
     entries = []
     for name, read in _stream_all(path, archive, infos, wants, known):
-        digest, size, data, _ = read
+        digest, size, data, sha1, _ = read
         info = infos[name]
         expected_hash, expected_size = record[name]
         if expected_hash:
@@ -172,6 +172,7 @@ def _read_archive(
                 path=sys.intern(name),
                 size=size,
                 sha256=sys.intern(digest.hex()),
+                sha1=sys.intern(sha1.hex()),
                 executable=bool(mode & 0o111),
             )
         )
@@ -260,7 +261,7 @@ def _stream_all(
     def read(descriptor: int, info: zipfile.ZipInfo) -> MemberRead:
         same = known.get(info.filename) if known is not None else None
         if same is not None and same_member(archive, descriptor, info, same):
-            return MemberRead(same.digest, same.size, None)
+            return MemberRead(same.digest, same.size, None, same.sha1)
         return read_member(archive, descriptor, info, wants, stored=stored)
 
     names = sorted(infos)

@@ -44,21 +44,23 @@ Wants = Callable[[str, bytes], bool]  # (name, first chunk) -> keep the member's
 
 
 class MemberRead(NamedTuple):
-    """What reading one member gave: its sha256 digest, its size, its bytes if kept, and the
-    sha256 of its stored (compressed) bytes if asked for."""
+    """What reading one member gave: its sha256 digest, its size, its bytes if kept, its SHA-1
+    (what an SPDX file entry must state), and the sha256 of its stored (compressed) bytes if
+    asked for."""
 
     digest: bytes
     size: int
     data: bytes | None
+    sha1: bytes
     stored: bytes = b""
 
 
 class Fingerprint(NamedTuple):
     """A verified member as its wheel stores it: its directory's method, sizes and CRC, the
-    sha256 of its stored bytes, and the sha256 of its content. Inflating is deterministic, so
-    a member of another wheel stored with the same bytes holds the same content: `same_member`
-    verifies it without inflating it again (the wheels of a release store most of their
-    files byte for byte alike)."""
+    sha256 of its stored bytes, and the sha256 and SHA-1 of its content. Inflating is
+    deterministic, so a member of another wheel stored with the same bytes holds the same
+    content: `same_member` verifies it without inflating it again (the wheels of a release
+    store most of their files byte for byte alike)."""
 
     method: int
     compressed: int
@@ -66,6 +68,7 @@ class Fingerprint(NamedTuple):
     crc: int
     stored: bytes
     digest: bytes
+    sha1: bytes
 
 
 def open_archive(path: str | os.PathLike[str], keep: bool) -> zipfile.ZipFile:
@@ -109,7 +112,13 @@ def fingerprint(info: zipfile.ZipInfo, read: MemberRead) -> Fingerprint:
     """The fingerprint of `info`, read (with `stored`) as `read`."""
     assert read.stored, "read with stored=True"
     return Fingerprint(
-        info.compress_type, info.compress_size, info.file_size, info.CRC, read.stored, read.digest
+        info.compress_type,
+        info.compress_size,
+        info.file_size,
+        info.CRC,
+        read.stored,
+        read.digest,
+        read.sha1,
     )
 
 
@@ -160,7 +169,9 @@ def read_member(
                 _write_whole(target, data)
             kept = data if wants is not None and wants(info.filename, data) else None
             stamp = hashlib.sha256(compressed).digest() if stored else b""
-            return MemberRead(hashlib.sha256(data).digest(), len(data), kept, stamp)
+            return MemberRead(
+                hashlib.sha256(data).digest(), len(data), kept, hashlib.sha1(data).digest(), stamp
+            )
         if _ours(info):
             raw = hashlib.sha256() if stored else None
             read = _stream_member(_chunks(descriptor, info, end, raw), info, wants, target)
@@ -181,6 +192,7 @@ def _stream_member(
     chunks: Iterator[bytes], info: zipfile.ZipInfo, wants: Wants | None, target: str | None
 ) -> MemberRead:
     digest = hashlib.sha256()
+    sha1 = hashlib.sha1()
     size = 0
     kept: list[bytes] | None = None
     with _sink(target) as sink:
@@ -188,6 +200,7 @@ def _stream_member(
             if size == 0 and wants is not None and wants(info.filename, chunk):
                 kept = []
             digest.update(chunk)
+            sha1.update(chunk)
             size += len(chunk)
             if kept is not None:
                 kept.append(chunk)
@@ -197,7 +210,8 @@ def _stream_member(
                 sink.write(chunk)
     if size == 0 and wants is not None and wants(info.filename, b""):
         kept = []
-    return MemberRead(digest.digest(), size, None if kept is None else b"".join(kept))
+    data = None if kept is None else b"".join(kept)
+    return MemberRead(digest.digest(), size, data, sha1.digest())
 
 
 def _ours(info: zipfile.ZipInfo) -> bool:

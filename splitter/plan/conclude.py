@@ -35,13 +35,14 @@ def excluded_files(
     exclusion that matches). A binary is never dropped: another file may load it."""
     if not exclusions:
         return ()
-    matchers = [(e, _matcher(e.paths)) for e in exclusions]
+    first = first_match([e.paths for e in exclusions])
     loadable = set(binaries)
     found, refused = [], []
     for entry in wheel.entries:
-        rule = next((e for e, match in matchers if match(entry.path)), None)
-        if rule is None:
+        index = first(entry.path)
+        if index is None:
             continue
+        rule = exclusions[index]
         if entry.path in loadable:
             refused.append(f"  {entry.path} (exclude at line {rule.line})")
             continue
@@ -77,17 +78,14 @@ def conclude(
             vendored[each.path] = each.component
         if each.patterns or each.strings:
             linked.setdefault(each.path, []).append(each.component)
-    matchers = [(index, c, _matcher(c.paths)) for index, c in enumerate(conclusions)]
-    # one expression of every conclusion's paths first: most files match none
-    any_rule = _matcher(tuple(p for c in conclusions for p in c.paths)) if conclusions else None
+    first = first_match([c.paths for c in conclusions])
     loadable = set(binaries)
     sha = {e.path: e.sha256 for e in wheel.entries}
     covers: dict[tuple[str, str], bool] = {}  # (finding, conclusion) -> satisfied
     concluded = []
     for path in sorted(owners):
-        rule = None
-        if any_rule is not None and any_rule(path):
-            rule = next(((i, c) for i, c, match in matchers if match(path)), None)
+        index = first(path)
+        rule = None if index is None else (index, conclusions[index])
         claimed = [vendored[path]] if path in vendored else []
         names = sorted({*claimed, *linked.get(path, ())}, key=order.__getitem__)
         if regenerated(path, wheel.dist_info):
@@ -208,6 +206,31 @@ def _and_operands(expression: str) -> list[str]:
     return [_bare(p) for p in parts if p]
 
 
-def _matcher(globs: tuple[str, ...]) -> Callable[[str], object]:
-    """One test for any of the wheel-path globs (fnmatch: `*` crosses `/`)."""
-    return re.compile("|".join(fnmatch.translate(g) for g in globs)).match
+def first_match(rules: list[tuple[str, ...]]) -> Callable[[str], int | None]:
+    """A test of a wheel path against each rule's globs (fnmatch: `*` crosses `/`) in turn:
+    the index of the first rule one of whose globs matches it, or None. A glob without a
+    wildcard is the path itself, looked up; the few real globs are compiled into one
+    expression, one named group per rule, which tries the rules in order."""
+    literal: dict[str, int] = {}
+    groups = []
+    for index, globs in enumerate(rules):
+        wild = [g for g in globs if any(c in g for c in "*?[")]
+        for glob in globs:
+            if glob not in wild:
+                literal.setdefault(glob, index)
+        if wild:
+            body = "|".join(fnmatch.translate(g) for g in wild)
+            groups.append(f"(?P<r{index}>{body})")
+    pattern = re.compile("|".join(groups)).match if groups else None
+
+    def first(path: str) -> int | None:
+        found = literal.get(path)
+        matched = pattern(path) if pattern is not None else None
+        if matched is None:
+            return found
+        index = min(
+            int(k[1:]) for k, v in matched.groupdict().items() if k[0] == "r" and v is not None
+        )
+        return index if found is None else min(found, index)
+
+    return first
