@@ -2,16 +2,21 @@
 the real wheels: the CycloneDX 1.6 one valid against its schema, the SPDX 2.3 one beside it valid
 for spdx-tools and conformant to the NTIA minimum elements (ntia-conformance-checker: supplier,
 version and identifiers of every component, no floating package, author, timestamp,
-dependency relationships), both saying the same of the same files; and rendered reproducibly."""
+dependency relationships), both saying the same of the same files; rendered reproducibly; and
+every shipped file, unpacked with the format's own tools, judged from outside by Debian's
+licensecheck: each licence it finds is one the format declares for that file."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
+import hashlib
 import io
 import json
 import logging
 import os
+import shutil
 import subprocess
 import tarfile
 import zipfile
@@ -24,11 +29,13 @@ from builders import run_splitter
 from consumer_tools import conan_executable
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
+from license_expression import get_spdx_licensing  # type: ignore[import-untyped]
 from ntia_conformance_checker.sbom_checker import SbomChecker
 from spdx_tools.spdx.parser.parse_anything import parse_file
 from spdx_tools.spdx.validation.document_validator import (
     validate_full_spdx_document,
 )
+from unpacked import unpack
 
 from splitter.model import Plan
 from splitter.plan.make import make_plan
@@ -42,11 +49,11 @@ pytestmark = pytest.mark.integration
 # SPLITTER_TEST_WHEEL overrides the wheel)
 RECIPE = os.environ.get("SPLITTER_TEST_RECIPE", "")
 VALIDATOR = JsonStrictValidator(SchemaVersion.V1_6)
-# (wheel fixture, target): every format on x86_64, the cheap ones on the other platforms
+# (wheel fixture, target): every format each platform has (.deb and .rpm are Linux's)
 BUILDS = [
     *(("real_wheel", t) for t in ("wheel", "tree", "conda", "deb", "rpm", "conan")),
-    *(("real_wheel_aarch64", t) for t in ("wheel", "conda")),
-    *(("real_wheel_macos", t) for t in ("wheel", "tree", "conda")),
+    *(("real_wheel_aarch64", t) for t in ("wheel", "tree", "conda", "deb", "rpm", "conan")),
+    *(("real_wheel_macos", t) for t in ("wheel", "tree", "conda", "conan")),
 ]
 IDS = [f"{w.removeprefix('real_wheel').strip('_') or 'x86_64'}-{t}" for w, t in BUILDS]
 
@@ -319,3 +326,104 @@ def test_excluded_files_are_listed_as_excluded(plan: Plan) -> None:
         assert listed[excluded.path]["properties"] == [
             {"name": "splitter:excluded-reason", "value": excluded.reason}
         ]
+
+
+@pytest.fixture(scope="module")
+def licensecheck_said(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of what licensecheck found in each distinct content (a file per sha256),
+    shared by the builds and the test workers: most files are the same bytes in every
+    format and on every platform."""
+    shared = tmp_path_factory.getbasetemp().parent / "licensecheck"
+    shared.mkdir(exist_ok=True)
+    return shared
+
+
+def licensecheck(files: dict[str, bytes], said: Path, where: Path) -> dict[str, str]:
+    """Path -> licensecheck's finding for each file (SPDX short names, the whole file read),
+    each distinct content scanned once, under its own name."""
+    binary = shutil.which("licensecheck")
+    if binary is None:
+        pytest.skip("licensecheck missing: apt-get install licensecheck")
+    digests = {path: hashlib.sha256(data).hexdigest() for path, data in files.items()}
+    new = {digest: path for path, digest in digests.items() if not (said / digest).exists()}
+    for digest, path in new.items():
+        (where / digest).mkdir(parents=True)
+        (where / digest / path.rsplit("/", 1)[-1]).write_bytes(files[path])
+    if new:
+        result = subprocess.run(
+            [
+                binary, "--machine", "--shortname-scheme=spdx", "--lines=0", "--recursive",
+                "--check=.", str(where),
+            ],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        found = dict.fromkeys(new, "")
+        for line in result.stdout.splitlines():
+            scanned, finding = line.split("\t")[:2]
+            found[Path(scanned).relative_to(where).parts[0]] = finding
+        for digest, finding in found.items():
+            (said / f"{digest}.new{os.getpid()}").write_text(finding)
+            os.replace(said / f"{digest}.new{os.getpid()}", said / digest)
+    return {path: (said / digest).read_text() for path, digest in digests.items()}
+
+
+def _documents(path: str) -> bool:
+    """Whether a shipped file is a document about licences rather than code under one: a
+    licence text, a DEP-5 copyright file, an SBOM (which names every licence found)."""
+    name = path.rsplit("/", 1)[-1]
+    return (
+        path.startswith("licenses/")
+        or "/licenses/" in path
+        or "/sboms/" in path
+        or name.startswith("sbom")
+        or (name == "copyright" and "/share/doc/" in f"/{path}")
+    )
+
+
+LICENSING = get_spdx_licensing()
+
+
+@functools.cache
+def _names(declared: str, local: bool) -> frozenset[str]:
+    """The licence names a declaration holds: an SPDX expression's keys, or (`local`: a DEP-5
+    License line, whose names may be local ones, e.g. Apache-2.0-flatbuffers) its words."""
+    if not local:
+        return frozenset(str(k) for k in LICENSING.license_keys(LICENSING.parse(declared)))
+    words = declared.replace(" with ", " and ").replace(" or ", " and ").split(" and ")
+    return frozenset(w.strip() for w in words if w.strip())
+
+
+@pytest.mark.parametrize(("wheel", "target"), BUILDS, ids=IDS)
+def test_licensecheck_finds_no_licence_the_format_does_not_declare(
+    wheel: str,
+    target: str,
+    request: pytest.FixtureRequest,
+    built: dict[tuple[str, str], Path],
+    tmp_path_factory: pytest.TempPathFactory,
+    licensecheck_said: Path,
+    tmp_path: Path,
+) -> None:
+    """Every payload file of every package, unpacked as a user's tools unpack it: each licence
+    licensecheck names for it is one its format declares for it (for a .deb, the matching
+    DEP-5 paragraph's; a local name such as BSD-3-Clause-XNNPACK counts as BSD-3-Clause)."""
+    out = output(request, built, tmp_path_factory, wheel, target)
+    problems = []
+    checked = 0
+    for package in unpack(out, target):
+        files = {p: data for p, data in package.files.items() if not _documents(p)}
+        found = licensecheck(files, licensecheck_said, tmp_path / package.package)
+        for path, finding in found.items():
+            checked += 1
+            declared = package.declared(path)
+            names = _names(declared, local=target == "deb")
+            for word in (
+                finding.replace(" and/or ", " and ").replace(" or ", " and ").split(" and ")
+            ):
+                if not word or word == "UNKNOWN" or word in names:
+                    continue
+                if target == "deb" and any(n.startswith(f"{word}-") for n in names):
+                    continue
+                problems.append(f"{package.package}: {path}: {word} not in {declared!r}")
+    assert checked > (100 if target == "conan" else 3000), checked
+    assert not problems, "\n".join(problems)
