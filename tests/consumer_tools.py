@@ -210,3 +210,35 @@ def undeclared_document(path: Path) -> dict[str, set[str]]:
 def plan_undeclared(package: PackagePlan) -> dict[str, set[str]]:
     """The plan's undeclared functions of a package, by library file name."""
     return {path.rsplit("/", 1)[-1]: set(names) for path, names in package.undeclared}
+
+
+def upstream_route(site_packages: Path, version: str, build_version: str, tmp_path: Path) -> None:
+    """Upstream's documented route into an install (its wheel C++ SDK checks take it): the
+    CMake package at <site-packages>/executorch/share/cmake; its version file read as text as
+    those checks read it (the quoted versions); a consumer configured with CMAKE_PREFIX_PATH at
+    that directory and find_package(ExecuTorch ...) sees executorch_FOUND, and runs the
+    quantized model byte-identical."""
+    documented = site_packages / "executorch" / "share" / "cmake"
+    version_file = documented / "executorch-config-version.cmake"
+    installed = built = None
+    for line in version_file.read_text().splitlines():
+        if line.startswith("set(PACKAGE_VERSION"):
+            installed = line.split('"')[1]
+        elif line.startswith("set(EXECUTORCH_BUILD_VERSION"):
+            built = line.split('"')[1]
+    assert (installed, built) == (version, build_version), version_file
+    result = build_consumer(
+        cmake_executable("4.x"),
+        tmp_path / "upstream-route",
+        prefix=documented,
+        quantized=True,
+        spelling="ExecuTorch",
+    )
+    assert result.returncode == 0, result.output
+    # the config sets executorch_FOUND as upstream's does; CMake then sets the called name's
+    for variable in ("executorch_FOUND", "ExecuTorch_FOUND"):
+        assert result.variable(variable) in ("TRUE", "1"), (variable, result.output)
+    out = tmp_path / "upstream-route.bin"
+    run = run_model(result.runner, out)
+    assert run.returncode == 0, run.stderr
+    assert out.read_bytes() == expected_output()

@@ -27,6 +27,7 @@ from consumer_tools import (
     expected_output,
     meson_runs_the_model,
     run_model,
+    upstream_route,
 )
 from rowcounts import full_verify_matches, listing
 
@@ -282,6 +283,14 @@ def test_cpp_consumer(
         "executorch-kernels-quantized package" in said
     )
     assert "Configuring incomplete" in said and not (tmp_path / "r" / "runner").exists()
+
+
+def test_upstream_documented_path(
+    real_plan: Plan, prefixes: dict[str, Path], tmp_path: Path
+) -> None:
+    """Upstream's instructions in a conda prefix: <site-packages>/executorch/share/cmake."""
+    site = prefixes["all"] / "lib" / "python3.11" / "site-packages"
+    upstream_route(site, real_plan.wheel.version, real_plan.build_version, tmp_path)
 
 
 def test_meson_consumer(prefixes: dict[str, Path], tmp_path: Path) -> None:

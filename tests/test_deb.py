@@ -27,6 +27,7 @@ from consumer_tools import (
     plan_undeclared,
     run_model,
     undeclared_document,
+    upstream_route,
 )
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
@@ -404,6 +405,13 @@ def test_consumer_from_installed_root(installed: Path, tmp_path: Path, cmake_lab
     run = run_model(result.runner, tmp_path / "out.bin")
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "out.bin").read_bytes() == expected_output()
+
+
+def test_upstream_documented_path(real_plan: Plan, installed: Path, tmp_path: Path) -> None:
+    """Upstream's instructions in a Debian root: python3-executorch's
+    /usr/lib/python3/dist-packages/executorch/share/cmake loads libexecutorch-dev's package."""
+    site = installed / "usr" / "lib" / "python3" / "dist-packages"
+    upstream_route(site, real_plan.wheel.version, real_plan.build_version, tmp_path)
 
 
 def test_meson_consumer_from_installed_root(installed: Path, tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from consumer_tools import (
     plan_undeclared,
     run_model,
     undeclared_document,
+    upstream_route,
 )
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
@@ -259,6 +260,14 @@ def test_consumer_from_installed_root(installed: Path, tmp_path: Path, cmake_lab
     run = run_model(result.runner, tmp_path / "out.bin")
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "out.bin").read_bytes() == expected_output()
+
+
+def test_upstream_documented_path(real_plan: Plan, installed: Path, tmp_path: Path) -> None:
+    """Upstream's instructions in an RPM root: python3-executorch's
+    <python3_sitearch>/executorch/share/cmake loads executorch-devel's package."""
+    (documented,) = installed.glob("usr/lib64/python3*/site-packages/executorch/share/cmake")
+    site = documented.parents[2]
+    upstream_route(site, real_plan.wheel.version, real_plan.build_version, tmp_path)
 
 
 def test_meson_consumer_from_installed_root(installed: Path, tmp_path: Path) -> None:

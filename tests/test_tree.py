@@ -101,10 +101,15 @@ def test_layout(tree: Path) -> None:
     assert f"{PREFIX}/{SITE}/executorch/exir/__init__.py" in export
     assert f"{PREFIX}/bin/flatc" in export
     assert not any(
-        p.startswith(f"{PREFIX}/{SITE}/executorch/{d}/")
-        for p in export
-        for d in ("lib", "include", "share")
+        p.startswith(f"{PREFIX}/{SITE}/executorch/{d}/") for p in export for d in ("lib", "include")
     )
+    # upstream's documented CMake directory holds only the config that loads the runtime's
+    # (lib/cmake/executorch) and the version file, as upstream's checks read them
+    documented = f"{PREFIX}/{SITE}/executorch/share/cmake"
+    assert {p for p in export if p.startswith(f"{PREFIX}/{SITE}/executorch/share/")} == {
+        f"{documented}/executorch-config.cmake",
+        f"{documented}/executorch-config-version.cmake",
+    }
 
 
 def test_install_lists_are_complete_and_disjoint(tree: Path) -> None:

@@ -21,6 +21,7 @@ from consumer_tools import (
     cmake_executable,
     expected_output,
     run_model,
+    upstream_route,
 )
 
 from splitter.model import Plan
@@ -139,6 +140,14 @@ def cpp_venv(wheels: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) 
         "runtime": root / "alone" / SITE / "executorch",
         "runtime+quantized": root / "both" / SITE / "executorch",
     }
+
+
+def test_upstream_documented_path(
+    real_plan: Plan, cpp_venv: dict[str, Path], tmp_path: Path
+) -> None:
+    """Upstream's instructions in a venv holding the runtime and quantized wheels."""
+    site = cpp_venv["runtime+quantized"].parent
+    upstream_route(site, real_plan.wheel.version, real_plan.build_version, tmp_path)
 
 
 @pytest.mark.parametrize("cmake_label", list(CMAKE_LABELS), ids=lambda v: f"cmake-{v}")

@@ -17,6 +17,8 @@ from importlib import resources
 from types import MappingProxyType
 
 CONFIG = "executorch-config.cmake"
+# Upstream's documented place of the package, inside the Python package (its wheel's layout).
+UPSTREAM_DIR = "executorch/share/cmake"
 VERSION = "executorch-config-version.cmake"
 FRAGMENT = "executorch-component-{name}.cmake"
 RUNTIME_COMPONENT = "runtime"
@@ -25,6 +27,37 @@ RUNTIME_COMPONENT = "runtime"
 # are derived from this mapping (component -> variable) alone.
 OPT_IN: Mapping[str, str] = MappingProxyType(
     {"kernels_quantized": "EXECUTORCH_QUANTIZED_KERNELS_LIBRARY"}
+)
+# The order EXECUTORCH_LIBRARIES lists the components in, upstream 1.5.1's on each route: from
+# CMake 3.28 the order its config defines the imported targets in; before, the order of its
+# by-path list. A component upstream does not know comes after these, in name order.
+TARGET_ORDER = (
+    "threadpool",
+    "kernels_optimized",
+    "kernels_torchao",
+    "etdump",
+    "backend_xnnpack",
+    "backend_coreml",
+    "backend_mlx",
+    "backend_openvino",
+    "backend_cuda",
+    "extension_cuda",
+    "backend_qnn",
+)
+PATH_ORDER = (
+    "kernels_optimized",
+    "kernels_torchao",
+    "backend_xnnpack",
+    "backend_coreml",
+    "backend_mlx",
+    "backend_cuda",
+    "extension_cuda",
+    "backend_openvino",
+    "threadpool",
+    "etdump",
+    # not in upstream's by-path list, which leaves the Qualcomm delegate out although its own
+    # rule is "every shipped library" and its 3.28 aggregate holds it (docs: departures)
+    "backend_qnn",
 )
 BASE_DEFINITIONS = ("C10_USING_CUSTOM_GENERATED_MACROS", "ET_EVENT_TRACER_ENABLED")
 C10_INCLUDE = "executorch/runtime/core/portable_type/c10"
@@ -84,10 +117,20 @@ def render_version(version: str, build_version: str) -> str:
     """The version file: same major, at least the requested version, ranges honoured."""
     return configure(
         "executorch-config-version.cmake.in",
+        {"BUILD_VERSION": escape_quoted(build_version), "VERSION": escape_quoted(version)},
+    )
+
+
+def render_forward(build_version: str, to_config: str, config_dir: str, package: str) -> str:
+    """The config at upstream's documented path that loads the package's own (`to_config`:
+    its directory, relative to the forwarder's; `config_dir`: where that is, for the reader)."""
+    return configure(
+        "executorch-config-forward.cmake.in",
         {
             "BUILD_VERSION": escape_quoted(build_version),
-            "BUILD_VERSION_BRACKET": bracket(build_version),
-            "VERSION_BRACKET": bracket(version),
+            "TO_CONFIG": escape_quoted(to_config),
+            "CONFIG_DIR": escape_quoted(config_dir),
+            "CONFIG_PACKAGE": escape_quoted(package),
         },
     )
 

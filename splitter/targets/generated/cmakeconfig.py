@@ -13,7 +13,9 @@ from splitter.targets.generated.cmake import (
     BASE_DEFINITIONS,
     C10_INCLUDE,
     OPT_IN,
+    PATH_ORDER,
     RUNTIME_COMPONENT,
+    TARGET_ORDER,
     CMakeLayout,
     bracket,
     configure,
@@ -49,7 +51,6 @@ def render_config(
         "executorch-config.cmake.in",
         {
             "BUILD_VERSION": escape_quoted(build_version),
-            "BUILD_VERSION_BRACKET": bracket(build_version),
             "C10_INCLUDE": escape_quoted(C10_INCLUDE),
             "CLEAR_OPT_IN": "\n".join(f"set({variable})" for _, variable in sorted(OPT_IN.items())),
             # Before 3.28 a component is its (wrapped) path, from 3.28 its imported target.
@@ -59,6 +60,8 @@ def render_config(
             "DEFINITION_LIST": escape_quoted(";".join(BASE_DEFINITIONS)),
             "KNOWN": escape_quoted(" ".join(sorted({RUNTIME_COMPONENT, *providers}))),
             # Mach-O: CMake's APPLE; ELF: Linux, where DT_RUNPATH needs --enable-new-dtags
+            "PATH_ORDER": " ".join(PATH_ORDER),
+            "TARGET_ORDER": " ".join(TARGET_ORDER),
             "LOADER_CONDITION": "APPLE" if macos else 'CMAKE_SYSTEM_NAME STREQUAL "Linux"',
             "PROVIDERS": "\n".join(
                 f"set(_executorch_provider_{name} {bracket(package)})"

@@ -15,9 +15,11 @@ from splitter.targets.generated.cmake import (
     CONFIG,
     FRAGMENT,
     RUNTIME_COMPONENT,
+    UPSTREAM_DIR,
     VERSION,
     CMakeLayout,
     render_exclusive,
+    render_forward,
     render_fragment,
     render_version,
 )
@@ -80,6 +82,8 @@ def generated_files(
             cflags=False,
         )
         out.append((f"{layout.pkgconfigdir}/{package.name}.pc", text, False))
+    if package.python and layout.sitedir:
+        out += [(path, text, False) for path, text in forward_files(plan, layout, names)]
     if package.python:
         for name, target in plan.wheel.console_scripts:
             out.append(
@@ -131,6 +135,26 @@ def cmake_files(
             )
             out.append((f"{cmakedir}/{FRAGMENT.format(name=component)}", fragment))
     return out
+
+
+def forward_files(
+    plan: Plan, layout: Layout, names: Mapping[str, str] | None = None
+) -> list[tuple[str, str]]:
+    """Upstream's documented CMake directory, <site-packages>/executorch/share/cmake, for the
+    Python package of a layout that moves the CMake package to <libdir>/cmake/executorch: a
+    config that loads the moved one, naming the package that ships it should it be missing,
+    and the same version file (upstream's checks read it as text there)."""
+    called = names or {p.name: p.name for p in plan.packages}
+    runtime = next(p.name for p in plan.packages if RUNTIME_COMPONENT in p.cmake_components)
+    here = f"{layout.sitedir}/{UPSTREAM_DIR}"
+    forward = render_forward(
+        plan.build_version,
+        posixpath.relpath(layout.cmakedir, here),
+        posixpath.join(layout.prefix.rstrip("/") or "<prefix>", layout.cmakedir),
+        called[runtime],
+    )
+    version = render_version(plan.wheel.version, plan.build_version)
+    return [(f"{here}/{CONFIG}", forward), (f"{here}/{VERSION}", version)]
 
 
 def split_from(plan: Plan) -> str:
