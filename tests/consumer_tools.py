@@ -242,3 +242,18 @@ def upstream_route(site_packages: Path, version: str, build_version: str, tmp_pa
     run = run_model(result.runner, out)
     assert run.returncode == 0, run.stderr
     assert out.read_bytes() == expected_output()
+
+
+def library_order(result: Configured) -> list[str]:
+    """The components EXECUTORCH_LIBRARIES lists, in its order, as the consumer printed it:
+    imported targets (executorch::X) or library paths (libexecutorch_X.so, wrapped or not;
+    libexecutorch.so is the runtime)."""
+    order = []
+    for item in result.variable("EXECUTORCH_LIBRARIES").split(";"):
+        if item.startswith("executorch::"):
+            order.append(item.removeprefix("executorch::"))
+            continue
+        found = re.search(r"libexecutorch(?:_(\w+?))?\.(?:so|dylib)", item)
+        assert found is not None, item
+        order.append(found.group(1) or "runtime")
+    return order

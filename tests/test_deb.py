@@ -23,6 +23,7 @@ from consumer_tools import (
     build_consumer,
     cmake_executable,
     expected_output,
+    library_order,
     meson_runs_the_model,
     plan_undeclared,
     run_model,
@@ -399,9 +400,18 @@ def test_aarch64_reproducible(
 
 @pytest.mark.parametrize("cmake_label", ["3.24", "3.28", "4.x"], ids=lambda v: f"cmake-{v}")
 def test_consumer_from_installed_root(installed: Path, tmp_path: Path, cmake_label: str) -> None:
+    """The quantized model from the -dev packages' CMake package, COMPONENTS kernels_quantized
+    accepted on every CMake (upstream's refuses components below 3.28: a departure the README
+    states), EXECUTORCH_LIBRARIES in upstream's order for the route (its imported targets' order
+    from 3.28, its by-path list's before, the Qualcomm delegate last there)."""
     cmake = cmake_executable(cmake_label)
     result = build_consumer(cmake, tmp_path / "q", prefix=installed / "usr", quantized=True)
     assert result.returncode == 0, result.output
+    by_path = ["kernels_optimized", "backend_xnnpack", "backend_openvino", "threadpool", "etdump"]
+    targets = ["threadpool", "kernels_optimized", "etdump", "backend_xnnpack", "backend_openvino"]
+    route = by_path if cmake_label == "3.24" else targets
+    qnn = ["backend_qnn"]  # last on both routes: upstream's 3.28 aggregate, added before 3.28
+    assert library_order(result) == ["runtime", *route, *qnn]
     run = run_model(result.runner, tmp_path / "out.bin")
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "out.bin").read_bytes() == expected_output()
