@@ -217,7 +217,8 @@ def upstream_route(site_packages: Path, version: str, build_version: str, tmp_pa
     CMake package at <site-packages>/executorch/share/cmake; its version file read as text as
     those checks read it (the quoted versions); a consumer configured with CMAKE_PREFIX_PATH at
     that directory and find_package(ExecuTorch ...) sees executorch_FOUND, and runs the
-    quantized model byte-identical."""
+    quantized model byte-identical; one configured with CMAKE_PREFIX_PATH at
+    <site-packages>/executorch builds too."""
     documented = site_packages / "executorch" / "share" / "cmake"
     version_file = documented / "executorch-config-version.cmake"
     installed = built = None
@@ -242,6 +243,14 @@ def upstream_route(site_packages: Path, version: str, build_version: str, tmp_pa
     run = run_model(result.runner, out)
     assert run.returncode == 0, run.stderr
     assert out.read_bytes() == expected_output()
+    # upstream's other route: CMAKE_PREFIX_PATH at the package (its lib/cmake/executorch)
+    package = build_consumer(
+        cmake_executable("4.x"),
+        tmp_path / "package-route",
+        prefix=documented.parents[1],
+        quantized=True,
+    )
+    assert package.returncode == 0, package.output
 
 
 def library_order(result: Configured) -> list[str]:

@@ -100,15 +100,14 @@ def test_layout(tree: Path) -> None:
     export = staged_files(tree, "executorch-export")
     assert f"{PREFIX}/{SITE}/executorch/exir/__init__.py" in export
     assert f"{PREFIX}/bin/flatc" in export
-    assert not any(
-        p.startswith(f"{PREFIX}/{SITE}/executorch/{d}/") for p in export for d in ("lib", "include")
-    )
-    # upstream's documented CMake directory holds only the config that loads the runtime's
+    assert not any(p.startswith(f"{PREFIX}/{SITE}/executorch/include/") for p in export)
+    # upstream's two CMake directories hold only the config that loads the runtime's
     # (lib/cmake/executorch) and the version file, as upstream's checks read them
-    documented = f"{PREFIX}/{SITE}/executorch/share/cmake"
-    assert {p for p in export if p.startswith(f"{PREFIX}/{SITE}/executorch/share/")} == {
-        f"{documented}/executorch-config.cmake",
-        f"{documented}/executorch-config-version.cmake",
+    package = f"{PREFIX}/{SITE}/executorch"
+    assert {p for p in export if p.startswith((f"{package}/share/", f"{package}/lib/"))} == {
+        f"{package}/{where}/executorch-config{kind}.cmake"
+        for where in ("share/cmake", "lib/cmake/executorch")
+        for kind in ("", "-version")
     }
 
 

@@ -17,8 +17,9 @@ from importlib import resources
 from types import MappingProxyType
 
 CONFIG = "executorch-config.cmake"
-# Upstream's documented place of the package, inside the Python package (its wheel's layout).
-UPSTREAM_DIR = "executorch/share/cmake"
+# Upstream's places of the package inside the Python package (its wheel's layout): the documented
+# one, and the one CMAKE_PREFIX_PATH=<site-packages>/executorch finds.
+UPSTREAM_DIRS = ("executorch/share/cmake", "executorch/lib/cmake/executorch")
 VERSION = "executorch-config-version.cmake"
 FRAGMENT = "executorch-component-{name}.cmake"
 RUNTIME_COMPONENT = "runtime"

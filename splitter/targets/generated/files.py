@@ -15,7 +15,7 @@ from splitter.targets.generated.cmake import (
     CONFIG,
     FRAGMENT,
     RUNTIME_COMPONENT,
-    UPSTREAM_DIR,
+    UPSTREAM_DIRS,
     VERSION,
     CMakeLayout,
     render_exclusive,
@@ -140,21 +140,25 @@ def cmake_files(
 def forward_files(
     plan: Plan, layout: Layout, names: Mapping[str, str] | None = None
 ) -> list[tuple[str, str]]:
-    """Upstream's documented CMake directory, <site-packages>/executorch/share/cmake, for the
-    Python package of a layout that moves the CMake package to <libdir>/cmake/executorch: a
-    config that loads the moved one, naming the package that ships it should it be missing,
-    and the same version file (upstream's checks read it as text there)."""
+    """Upstream's CMake directories inside the Python package (<site-packages>/executorch/
+    share/cmake, the documented one, and lib/cmake/executorch, which CMAKE_PREFIX_PATH at the
+    package finds), for a layout that moves the CMake package to <libdir>/cmake/executorch:
+    in each, a config that loads the moved one, naming the package that ships it should it be
+    missing, and the same version file (upstream's checks read it as text)."""
     called = names or {p.name: p.name for p in plan.packages}
     runtime = next(p.name for p in plan.packages if RUNTIME_COMPONENT in p.cmake_components)
-    here = f"{layout.sitedir}/{UPSTREAM_DIR}"
-    forward = render_forward(
-        plan.build_version,
-        posixpath.relpath(layout.cmakedir, here),
-        posixpath.join(layout.prefix.rstrip("/") or "<prefix>", layout.cmakedir),
-        called[runtime],
-    )
     version = render_version(plan.wheel.version, plan.build_version)
-    return [(f"{here}/{CONFIG}", forward), (f"{here}/{VERSION}", version)]
+    out = []
+    for upstream in UPSTREAM_DIRS:
+        here = f"{layout.sitedir}/{upstream}"
+        forward = render_forward(
+            plan.build_version,
+            posixpath.relpath(layout.cmakedir, here),
+            posixpath.join(layout.prefix.rstrip("/") or "<prefix>", layout.cmakedir),
+            called[runtime],
+        )
+        out += [(f"{here}/{CONFIG}", forward), (f"{here}/{VERSION}", version)]
+    return out
 
 
 def split_from(plan: Plan) -> str:
