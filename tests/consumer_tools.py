@@ -212,7 +212,9 @@ def plan_undeclared(package: PackagePlan) -> dict[str, set[str]]:
     return {path.rsplit("/", 1)[-1]: set(names) for path, names in package.undeclared}
 
 
-def upstream_route(site_packages: Path, version: str, build_version: str, tmp_path: Path) -> None:
+def upstream_route(
+    site_packages: Path, version: str, build_version: str, tmp_path: Path, cmake_label: str = "4.x"
+) -> None:
     """Upstream's documented route into an install (its wheel C++ SDK checks take it): the
     CMake package at <site-packages>/executorch/share/cmake; its version file read as text as
     those checks read it (the quoted versions); a consumer configured with CMAKE_PREFIX_PATH at
@@ -228,8 +230,9 @@ def upstream_route(site_packages: Path, version: str, build_version: str, tmp_pa
         elif line.startswith("set(EXECUTORCH_BUILD_VERSION"):
             built = line.split('"')[1]
     assert (installed, built) == (version, build_version), version_file
+    cmake = cmake_executable(cmake_label)
     result = build_consumer(
-        cmake_executable("4.x"),
+        cmake,
         tmp_path / "upstream-route",
         prefix=documented,
         quantized=True,
@@ -245,7 +248,7 @@ def upstream_route(site_packages: Path, version: str, build_version: str, tmp_pa
     assert out.read_bytes() == expected_output()
     # upstream's other route: CMAKE_PREFIX_PATH at the package (its lib/cmake/executorch)
     package = build_consumer(
-        cmake_executable("4.x"),
+        cmake,
         tmp_path / "package-route",
         prefix=documented.parents[1],
         quantized=True,

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from builders import verify_refuses_altered
 from consumer_tools import (
+    CMAKE_LABELS,
     build_consumer,
     cmake_executable,
     expected_output,
@@ -417,11 +418,15 @@ def test_consumer_from_installed_root(installed: Path, tmp_path: Path, cmake_lab
     assert (tmp_path / "out.bin").read_bytes() == expected_output()
 
 
-def test_upstream_documented_path(real_plan: Plan, installed: Path, tmp_path: Path) -> None:
-    """Upstream's instructions in a Debian root: python3-executorch's
+@pytest.mark.parametrize("cmake_label", list(CMAKE_LABELS), ids=lambda v: f"cmake-{v}")
+def test_upstream_documented_path(
+    real_plan: Plan, installed: Path, tmp_path: Path, cmake_label: str
+) -> None:
+    """Upstream's instructions in a Debian root, on every CMake line: python3-executorch's
     /usr/lib/python3/dist-packages/executorch/share/cmake loads libexecutorch-dev's package."""
     site = installed / "usr" / "lib" / "python3" / "dist-packages"
-    upstream_route(site, real_plan.wheel.version, real_plan.build_version, tmp_path)
+    version, build_version = real_plan.wheel.version, real_plan.build_version
+    upstream_route(site, version, build_version, tmp_path, cmake_label)
 
 
 def test_meson_consumer_from_installed_root(installed: Path, tmp_path: Path) -> None:
