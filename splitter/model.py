@@ -68,8 +68,7 @@ class CondaBackend(StrEnum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WheelEntry:
-    """One verified file of the wheel; `path` is its POSIX path inside the archive; `sha1`, hashed
-    from the same bytes as `sha256`, is what an SPDX SBOM states for each file."""
+    """One verified file of the wheel: its POSIX path in the archive, size, sha256 and SHA-1."""
 
     path: str
     size: int

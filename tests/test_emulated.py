@@ -173,8 +173,10 @@ def broken_tree(tree: Path, copy: Path) -> Path:
 
 
 def tree_file(root: Path, name: str) -> Path:
-    found = sorted(p for p in root.rglob(name) if p.is_file())
-    assert found, name
+    """The file `name` of the tree, outside site-packages (where the Python package holds
+    upstream's CMake places, configs that forward to the runtime's)."""
+    found = sorted(p for p in root.rglob(name) if p.is_file() and "site-packages" not in p.parts)
+    assert len(found) == 1, found
     return found[0]
 
 
