@@ -748,7 +748,7 @@ def test_doctor_finds_a_second_quantized_copy_in_a_macos_prefix(
     assert report["hazards"] == []
     assert any("operators unknown" in n and "torchao" in n for n in report["notes"])
     pip_lib = prefix / "lib/python3.11/site-packages/executorch/lib"
-    pip_lib.mkdir(parents=True)
+    pip_lib.mkdir(parents=True, exist_ok=True)  # the export package's lib/cmake is there
     (pip_lib / "libexecutorch_kernels_quantized.dylib").write_bytes(machos[QLIB])
     clashing = doctor()
     assert clashing.returncode == 1, clashing.stderr
