@@ -12,19 +12,16 @@ import dataclasses
 import datetime
 import functools
 import hashlib
-import io
 import json
 import logging
 import os
 import shutil
 import subprocess
-import tarfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import zstandard
 from builders import run_splitter
 from consumer_tools import conan_executable
 from cyclonedx.schema import SchemaVersion
@@ -35,7 +32,7 @@ from spdx_tools.spdx.parser.parse_anything import parse_file
 from spdx_tools.spdx.validation.document_validator import (
     validate_full_spdx_document,
 )
-from unpacked import unpack
+from unpacked import conda_archive, tar_files, unpack
 
 from splitter.model import Plan
 from splitter.plan.make import make_plan
@@ -147,28 +144,12 @@ def _rpm_sboms(package: Path) -> Documents:
 
 
 def tar_sboms(label: str, raw: bytes) -> Documents:
-    with tarfile.open(fileobj=io.BytesIO(raw)) as tar:  # plain or gzip
-        return {
-            f"{label}:{member.name}": tar.extractfile(member).read()  # type: ignore[union-attr]
-            for member in tar.getmembers()
-            if member.isfile() and "/sbom" in member.name
-        }
+    return {f"{label}:{name}": data for name, data in tar_files(raw).items() if "/sbom" in name}
 
 
 def conda_members(package: Path) -> dict[str, bytes]:
     """Every file of a .conda (its info and pkg archives), by path."""
-    out = {}
-    with zipfile.ZipFile(package) as archive:
-        for member in archive.namelist():
-            if member.endswith(".tar.zst"):
-                stream = zstandard.ZstdDecompressor().stream_reader(
-                    io.BytesIO(archive.read(member))
-                )
-                with tarfile.open(fileobj=io.BytesIO(stream.read())) as tar:
-                    for item in tar.getmembers():
-                        if item.isfile():
-                            out[item.name] = tar.extractfile(item).read()  # type: ignore[union-attr]
-    return out
+    return conda_archive(package, "info-") | conda_archive(package, "pkg-")
 
 
 def pairs(found: Documents) -> list[tuple[str, bytes, bytes]]:

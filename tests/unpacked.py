@@ -61,15 +61,15 @@ def unpack(out: Path, target: str) -> Iterator[Unpacked]:
             yield Unpacked(manifest.stem, files, _constant(licence))
     elif target == "conda":
         for path in sorted(out.glob("*/*.conda")):
-            info = _conda_tar(path, "info-")
+            info = conda_archive(path, "info-")
             about = json.loads(info["info/about.json"])
-            yield Unpacked(path.name, _conda_tar(path, "pkg-"), _constant(about["license"]))
+            yield Unpacked(path.name, conda_archive(path, "pkg-"), _constant(about["license"]))
     elif target == "deb":
         for path in sorted(out.glob("*.deb")):
             raw = subprocess.run(
                 ["dpkg-deb", "--fsys-tarfile", str(path)], capture_output=True, check=True
             ).stdout
-            files = {n.removeprefix("./"): d for n, d in _tar(raw).items()}
+            files = {n.removeprefix("./"): d for n, d in tar_files(raw).items()}
             copyright = next(d for n, d in files.items() if n.endswith("/copyright"))
             yield Unpacked(path.name, files, _dep5(copyright.decode()))
     elif target == "rpm":
@@ -83,7 +83,7 @@ def unpack(out: Path, target: str) -> Iterator[Unpacked]:
             yield Unpacked(path.name, _rpm_files(path), _constant(licence))
     elif target == "conan":
         for path in sorted(out.glob("*.conan.tgz")):
-            members = _tar(path.read_bytes())
+            members = tar_files(path.read_bytes())
             recipe = next(d for n, d in members.items() if n.endswith("/e/conanfile.py"))
             found = re.search(r'^\s*license = "([^"]+)"', recipe.decode(), re.MULTILINE)
             assert found is not None, f"{path.name}: no license in its conanfile.py"
@@ -97,8 +97,9 @@ def _constant(licence: str) -> Callable[[str], str]:
     return lambda _path: licence
 
 
-def _tar(raw: bytes) -> dict[str, bytes]:
-    with tarfile.open(fileobj=io.BytesIO(raw)) as tar:  # plain or gzip
+def tar_files(raw: bytes) -> dict[str, bytes]:
+    """Every file of a tar (plain or gzip), by member name."""
+    with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
         return {
             m.name: tar.extractfile(m).read()  # type: ignore[union-attr]
             for m in tar.getmembers()
@@ -106,12 +107,12 @@ def _tar(raw: bytes) -> dict[str, bytes]:
         }
 
 
-def _conda_tar(path: Path, prefix: str) -> dict[str, bytes]:
+def conda_archive(path: Path, prefix: str) -> dict[str, bytes]:
     """The files of a .conda's info- or pkg- archive."""
     with zipfile.ZipFile(path) as archive:
         member = next(n for n in archive.namelist() if n.startswith(prefix))
         stream = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(archive.read(member)))
-        return _tar(stream.read())
+        return tar_files(stream.read())
 
 
 def _rpm_files(path: Path) -> dict[str, bytes]:
